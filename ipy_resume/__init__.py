@@ -1,0 +1,31 @@
+"""ipy_resume: resumable Jupyter/IPython experiments.
+
+Load it with ``%load_ext ipy_resume`` and mark an expensive cell with
+``%%checkpoint NAME``: the first run executes and stores what the cell produced;
+later runs with the same code and inputs restore it instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension"]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register ``%%checkpoint``; called by ``%load_ext ipy_resume`` (twice is harmless).
+
+    >>> get_ipython().run_line_magic("load_ext", "ipy_resume")  # doctest: +SKIP
+    """
+    from .magics import CheckpointMagics
+
+    if getattr(ipython, "_ipy_resume_magics", None) is None:
+        magics = CheckpointMagics(ipython)
+        ipython.register_magics(magics)
+        ipython._ipy_resume_magics = magics
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Forget the engine state; the magics stay registered (IPython cannot remove them)."""
+    ipython._ipy_resume_magics = None

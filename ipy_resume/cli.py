@@ -1,0 +1,83 @@
+"""``ipy-resume``: look at and check a checkpoint store from a terminal.
+
+A thin adapter over :mod:`ipy_resume.store` and :mod:`ipy_resume.reports`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import reports
+from .engine import default_store_dir
+from .store import Store, StoreError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ipy-resume",
+        description="Inspect and check an ipy_resume checkpoint store.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the store (default: $IPY_RESUME_DIR, else ./.ipy_resume)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    listing = commands.add_parser("list", parents=[common], help="list checkpoints, oldest first")
+    listing.add_argument("--json", action="store_true", help="print a JSON array of records")
+    show = commands.add_parser("show", parents=[common], help="describe one checkpoint")
+    show.add_argument("target", metavar="ID", help="checkpoint id, unique prefix, or CELL_ID")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    commands.add_parser(
+        "verify", parents=[common], help="check every signature and checksum; exit 1 on problems"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ipy-resume`` command.
+
+    >>> main(["list", "--store", "/nonexistent"])  # doctest: +SKIP
+    no checkpoints yet
+    0
+    """
+    args = _parser().parse_args(argv)
+    root = args.store or default_store_dir()
+    try:
+        store = Store(root)
+        if args.command == "list":
+            manifests = store.manifests()
+            if args.json:
+                print(json.dumps([reports.record(m) for m in manifests], indent=2))
+            else:
+                print(reports.table(manifests))
+        elif args.command == "show":
+            manifest = reports.resolve(store.manifests(), args.target)
+            details = reports.describe(manifest)
+            print(json.dumps(details, indent=2, default=str))
+        elif args.command == "verify":
+            problems = store.verify()
+            if problems:
+                for line in problems:
+                    print(line)
+                print(f"{len(problems)} problem(s) in {root}", file=sys.stderr)
+                return 1
+            print(f"store {root} is sound")
+    except reports.TargetError as exc:
+        print(f"ipy-resume: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"ipy-resume: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,459 @@
+"""Plan, then hit or miss: the heart of ``%%checkpoint``, free of IPython.
+
+``Engine.run`` computes the cell's key from its normalised source and the values
+it reads, restores a verified checkpoint when one exists, and otherwise runs
+the cell through a :class:`Host` and commits what it produced. The host is the
+only part that knows how to execute code and show output; the magic supplies
+an IPython one, tests and the CLI a plain one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import xxhash
+
+from . import rng
+from .analysis import AnalysisError, CellAnalysis, analyze
+from .capture import OutputRecord
+from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes
+from .store import SaveError, Store, StoreError
+from .store.fsio import atomic_write
+
+FORMAT_VERSION = "1"
+ABSENT = "absent"
+PREFIX = "ipy_resume: "
+_DEPS_CHUNK = 16 << 20
+
+
+@dataclass
+class CheckpointOptions:
+    """What the user asked for on the ``%%checkpoint`` line.
+
+    >>> CheckpointOptions("train", seed=3).cell_id
+    'train'
+    """
+
+    cell_id: str
+    force: bool = False
+    inputs: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    outputs: list[str] | None = None
+    deps: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    seed: int | None = None
+    no_seed: bool = False
+    salt: str = ""
+    explain: bool = False
+    quiet: bool = False
+
+
+@dataclass
+class RunResult:
+    """What one cell run produced: the cell's result value and its recorded output."""
+
+    value: Any
+    has_value: bool
+    record: OutputRecord
+
+
+class Host(Protocol):
+    """Executes a cell and shows things to the user; supplied by the adapter."""
+
+    def run(self) -> RunResult:
+        """Execute the cell body, streaming output live while recording it."""
+        ...
+
+    def replay(self, record: OutputRecord) -> None:
+        """Show recorded output again."""
+        ...
+
+    def message(self, text: str) -> None:
+        """Show one status or warning line (stderr)."""
+        ...
+
+
+@dataclass
+class Plan:
+    """The key of one cell run and the facts it was derived from."""
+
+    analysis: CellAnalysis | None
+    key: str | None
+    parts: dict[str, str]
+    input_digests: dict[str, bytes]
+    seed: int | None
+    problem: str | None = None  # why no key could be made: the cell always executes
+
+
+@dataclass
+class Outcome:
+    """What ``Engine.run`` did, for callers that want more than the result value."""
+
+    status: str  # "restored" | "executed" | "incomplete" | "unsaved" | "uncached"
+    checkpoint_id: str | None = None
+    names: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def default_store_dir() -> Path:
+    """The store used when none is named: ``$IPY_RESUME_DIR`` or ``./.ipy_resume``.
+
+    >>> default_store_dir().name in (".ipy_resume", os.environ.get("IPY_RESUME_DIR", "")[-20:])
+    True
+    """
+    env = os.environ.get("IPY_RESUME_DIR")
+    return Path(env) if env else Path.cwd() / ".ipy_resume"
+
+
+class Engine:
+    """Runs ``%%checkpoint`` cells against one store.
+
+    >>> engine = Engine(Store("/tmp/doc-store"))  # doctest: +SKIP
+    >>> engine.run(namespace, "y = x * 2", CheckpointOptions("double"), host)  # doctest: +SKIP
+    """
+
+    def __init__(self, store: Store, session: str | None = None) -> None:
+        self.store = store
+        self.session = session or uuid.uuid4().hex[:12]
+        self.last_outcome: Outcome | None = None
+
+    # ---- planning -------------------------------------------------------------------------
+
+    def plan(self, namespace: MutableMapping[str, Any], source: str, opts: CheckpointOptions) -> Plan:
+        """Analyse the cell and digest every part of its key.
+
+        >>> plan = engine.plan({"x": 1}, "y = x + 1", CheckpointOptions("c"))  # doctest: +SKIP
+        """
+        try:
+            analysis = analyze(source)
+        except AnalysisError as exc:
+            return Plan(None, None, {}, {}, None, problem=f"the cell does not parse ({exc})")
+        seed = None if opts.no_seed else opts.seed
+        if seed is None and not opts.no_seed:
+            seed = rng.derive_seed(self.store.seed_base, opts.cell_id)
+        parts: dict[str, str] = {
+            "source": digest_bytes(analysis.normalized.encode("utf-8")).hex(),
+            "seed": "none" if seed is None else str(seed),
+            "salt": opts.salt,
+            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+            "format": FORMAT_VERSION,
+        }
+        names = (set(analysis.inputs) | set(opts.inputs)) - set(opts.ignore)
+        fingerprinter = Fingerprinter()
+        digests: dict[str, bytes] = {}
+        for name in sorted(names):
+            if name not in namespace:
+                parts[f"input:{name}"] = ABSENT
+                continue
+            try:
+                digests[name] = fingerprinter.digest(namespace[name])
+            except Unfingerprintable as exc:
+                problem = f"input '{name}' cannot be fingerprinted: {exc}"
+                return Plan(analysis, None, parts, digests, seed, problem=problem)
+            parts[f"input:{name}"] = digests[name].hex()
+        for path in opts.deps:
+            parts[f"deps:{path}"] = _file_digest(Path(path))
+        key = digest_bytes(*(f"{k}={v}".encode() for k, v in sorted(parts.items()))).hex()
+        return Plan(analysis, key, parts, digests, seed)
+
+    # ---- the two paths --------------------------------------------------------------------
+
+    def run(
+        self,
+        namespace: MutableMapping[str, Any],
+        source: str,
+        opts: CheckpointOptions,
+        host: Host,
+    ) -> Any:
+        """Restore the cell from a checkpoint, or execute it and commit one.
+
+        Returns the cell's result value (None when it has none).
+        """
+        plan = self.plan(namespace, source, opts)
+        if plan.key is None:
+            if plan.problem and plan.analysis is not None:
+                host.message(f"{PREFIX}'{opts.cell_id}' will always execute: {plan.problem}")
+            self._seed(plan)
+            result = host.run()
+            self.last_outcome = Outcome("uncached")
+            return result.value if result.has_value else None
+
+        if not opts.force:
+            restored = self._try_restore(namespace, plan, opts, host)
+            if restored is not None:
+                return restored[0]
+            if opts.explain:
+                host.message(f"{PREFIX}{self.explain(opts.cell_id, plan)}")
+        return self._execute_and_save(namespace, plan, opts, host)
+
+    def _try_restore(
+        self,
+        namespace: MutableMapping[str, Any],
+        plan: Plan,
+        opts: CheckpointOptions,
+        host: Host,
+    ) -> tuple[Any] | None:
+        assert plan.key is not None
+        started = time.perf_counter()
+        try:
+            manifest = self.store.find(opts.cell_id, plan.key)
+            if manifest is None:
+                return None
+            values = self.store.load_values(manifest)
+            extras = self.store.load_extras(manifest)
+        except StoreError as exc:
+            host.message(f"{PREFIX}{exc}")
+            host.message(f"{PREFIX}'{opts.cell_id}' will be executed instead.")
+            return None
+        except Exception as exc:  # a loader bug must cost a re-run, never the user's cell
+            host.message(
+                f"{PREFIX}could not restore '{opts.cell_id}' ({type(exc).__name__}: {exc}); "
+                "executing it instead."
+            )
+            return None
+
+        # Everything is loaded and verified before the namespace is touched, so a failure
+        # above never leaves a half-restored kernel.
+        files: dict[str, bytes] = extras.get("files", {})
+        try:
+            for path, content in files.items():
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                with atomic_write(Path(path)) as fh:
+                    fh.write(content)
+        except OSError as exc:
+            host.message(
+                f"{PREFIX}could not restore file '{exc.filename}' of '{opts.cell_id}' ({exc}); "
+                "executing the cell instead."
+            )
+            return None
+        namespace.update(values)
+        for name in manifest.info.get("deleted", []):
+            namespace.pop(name, None)
+        record = extras.get("outputs")
+        if isinstance(record, OutputRecord):
+            host.replay(record)
+        if "rng" in extras:
+            rng.restore(extras["rng"])
+        elapsed = time.perf_counter() - started
+        duration = float(manifest.info.get("duration", 0.0))
+        if not opts.quiet:
+            host.message(
+                f"{PREFIX}restored '{opts.cell_id}' from checkpoint {manifest.id} "
+                f"in {_seconds(elapsed)} (the run took {_seconds(duration)}, "
+                f"saved {_seconds(max(duration - elapsed, 0.0))})"
+            )
+        self.last_outcome = Outcome("restored", manifest.id, sorted(values))
+        has_result = bool(manifest.info.get("has_result"))
+        return (extras.get("result") if has_result else None,)
+
+    def _execute_and_save(
+        self,
+        namespace: MutableMapping[str, Any],
+        plan: Plan,
+        opts: CheckpointOptions,
+        host: Host,
+    ) -> Any:
+        assert plan.key is not None and plan.analysis is not None
+        before = set(namespace)
+        self._seed(plan)
+        started = time.perf_counter()
+        result = host.run()  # the cell's own exception propagates: nothing is stored
+        duration = time.perf_counter() - started
+        rng_state = rng.snapshot()
+
+        names, deleted, mutated = self._outputs(namespace, plan, opts, before)
+        values = {name: namespace[name] for name in names}
+        extras: dict[str, Any] = {"outputs": result.record, "rng": rng_state}
+        if result.has_value:
+            extras["result"] = result.value
+        missing_files: dict[str, str] = {}
+        if opts.files:
+            files: dict[str, bytes] = {}
+            for path in opts.files:
+                try:
+                    files[path] = Path(path).read_bytes()
+                except OSError as exc:
+                    missing_files[f"file:{path}"] = exc.strerror or str(exc)
+            extras["files"] = files
+        info = {
+            "key_parts": plan.parts,
+            "inputs": sorted(plan.input_digests),
+            "outputs": sorted(names),
+            "mutated": sorted(mutated),
+            "deleted": sorted(deleted),
+            "duration": duration,
+            "seed": plan.seed,
+            "has_result": result.has_value,
+            "session": self.session,
+            "options": {"files": opts.files, "deps": opts.deps, "salt": opts.salt},
+        }
+        save_started = time.perf_counter()
+        try:
+            saved = self.store.save(
+                opts.cell_id,
+                plan.key,
+                values,
+                extras=extras,
+                info=info,
+                complete=not missing_files,
+            )
+        except (SaveError, OSError, StoreError) as exc:
+            listed = ", ".join(sorted(values)) or "no names"
+            host.message(
+                f"{PREFIX}could not save checkpoint '{opts.cell_id}': {exc}. "
+                f"Your results are still in the kernel ({listed}); nothing was saved."
+            )
+            self.last_outcome = Outcome("unsaved", None, sorted(values))
+            return result.value if result.has_value else None
+        failed = {**saved.failed, **missing_files}
+        if failed:
+            what = "; ".join(f"'{name}' ({reason})" for name, reason in sorted(failed.items()))
+            host.message(
+                f"{PREFIX}checkpoint '{opts.cell_id}' is incomplete: could not store {what}. "
+                "The values are still in the kernel; this cell will execute again next time."
+            )
+            status = "incomplete"
+        else:
+            status = "executed"
+            if not opts.quiet:
+                host.message(
+                    f"{PREFIX}executed '{opts.cell_id}' in {_seconds(duration)}; saved checkpoint "
+                    f"{saved.manifest.id} ({_size(saved.bytes_written)} written in "
+                    f"{_seconds(time.perf_counter() - save_started)})"
+                )
+        self.last_outcome = Outcome(status, saved.manifest.id, sorted(names), failed)
+        return result.value if result.has_value else None
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _seed(self, plan: Plan) -> None:
+        if plan.seed is not None:
+            rng.seed_all(plan.seed)
+
+    def _outputs(
+        self,
+        namespace: MutableMapping[str, Any],
+        plan: Plan,
+        opts: CheckpointOptions,
+        before: set[str],
+    ) -> tuple[list[str], list[str], list[str]]:
+        """Names to store, names the cell removed, and inputs it changed in place."""
+        assert plan.analysis is not None
+        mutated: list[str] = []
+        fingerprinter = Fingerprinter()
+        for name, digest in plan.input_digests.items():
+            if name in plan.analysis.outputs or name not in namespace:
+                continue
+            try:
+                if fingerprinter.digest(namespace[name]) != digest:
+                    mutated.append(name)
+            except Unfingerprintable:
+                mutated.append(name)
+        bound = set(plan.analysis.outputs) | set(mutated)
+        if opts.outputs is not None:
+            bound = set(opts.outputs)
+        names = sorted(name for name in bound if name in namespace)
+        candidates = set(plan.analysis.deleted) | (set(plan.analysis.outputs) & before)
+        deleted = sorted(name for name in candidates if name not in namespace)
+        return names, deleted, mutated
+
+    def explain(self, cell_id: str, plan: Plan) -> str:
+        """Say which part of the key differs from the nearest earlier checkpoint of *cell_id*.
+
+        >>> engine.explain("train", plan)  # doctest: +SKIP
+        "'train' executes: input 'lr' changed"
+        """
+        try:
+            history = self.store.history(cell_id)
+        except StoreError as exc:
+            return f"'{cell_id}' executes: its history cannot be read ({exc})"
+        if not history:
+            return f"'{cell_id}' executes: it has no earlier checkpoint in {self.store.root}"
+        best: list[str] | None = None
+        for manifest in history:
+            old = manifest.info.get("key_parts", {})
+            diff = describe_differences(old, plan.parts)
+            if best is None or len(diff) < len(best):
+                best = diff
+        if not best:
+            return f"'{cell_id}' executes: its key matches an earlier checkpoint that is incomplete"
+        return f"'{cell_id}' executes: " + "; ".join(best)
+
+
+def describe_differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """Name each key part that differs, in words a user understands.
+
+    >>> describe_differences({"source": "a", "input:x": "1"}, {"source": "a", "input:x": "2"})
+    ["input 'x' changed"]
+    """
+    labels = {"source": "the cell's code", "seed": "the seed", "salt": "the salt"}
+    out: list[str] = []
+    for part in sorted(set(old) | set(new)):
+        before, after = old.get(part), new.get(part)
+        if before == after:
+            continue
+        kind, _, name = part.partition(":")
+        if kind == "input":
+            if before is None:
+                out.append(f"new input '{name}'")
+            elif after is None:
+                out.append(f"'{name}' is no longer an input")
+            elif after == ABSENT:
+                out.append(f"input '{name}' is not defined now")
+            else:
+                out.append(f"input '{name}' changed")
+        elif kind == "deps":
+            out.append(f"dependency file '{name}' changed")
+        elif part == "python":
+            out.append(f"the Python version changed ({before} → {after})")
+        elif part == "format":
+            out.append("the checkpoint format changed")
+        elif part == "seed":
+            out.append(f"the seed changed ({before} → {after})")
+        else:
+            out.append(f"{labels.get(part, part)} changed")
+    return out
+
+
+def _file_digest(path: Path) -> str:
+    hasher = xxhash.xxh3_128()
+    try:
+        with path.open("rb") as fh:
+            while chunk := fh.read(_DEPS_CHUNK):
+                hasher.update(chunk)
+    except OSError:
+        return "missing"
+    return hasher.hexdigest()
+
+
+def _seconds(value: float) -> str:
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    return f"{value / 60:.1f} min"
+
+
+def _size(value: int) -> str:
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} TB"
+
+
+def names_list(names: Iterable[str]) -> str:
+    """Join names for a message: ``'a', 'b'``.
+
+    >>> names_list(["b", "a"])
+    "'a', 'b'"
+    """
+    return ", ".join(f"'{n}'" for n in sorted(names))

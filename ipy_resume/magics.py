@@ -1,0 +1,231 @@
+"""The IPython adapter: parse ``%%checkpoint``, hand the cell to the engine, print.
+
+Everything that decides *what* happens lives in :mod:`ipy_resume.engine`; this
+module only knows how IPython runs code and shows output.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import reports
+from .capture import OutputRecord, replay, tee_streams
+from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
+from .execution import compile_cell, run_compiled
+from .store import Store, StoreError
+
+LINE_USAGE = (
+    "usage: %checkpoint list | show TARGET | verify   "
+    "(TARGET = checkpoint id, unique id prefix, or CELL_ID)"
+)
+
+
+class IPythonHost:
+    """Runs a cell body in the user's namespace with output teed; replays output."""
+
+    def __init__(self, shell: InteractiveShell, source: str) -> None:
+        self.shell = shell
+        self.source = source
+
+    def run(self) -> RunResult:
+        __tracebackhide__ = True
+        record = OutputRecord()
+        filename = self.shell.compile.cache(self.source)
+        cell = compile_cell(self.source, filename, flags=self.shell.compile.flags)
+        with tee_streams(record), _tee_display(self.shell, record):
+            value, has_value = run_compiled(cell, self.shell.user_ns)
+            _flush_inline_figures()
+        return RunResult(value, has_value, record)
+
+    def replay(self, record: OutputRecord) -> None:
+        publisher = self.shell.display_pub
+
+        def publish(payload: dict[str, Any]) -> None:
+            kwargs: dict[str, Any] = {}
+            if payload.get("transient"):
+                kwargs["transient"] = payload["transient"]
+            if payload.get("update"):
+                kwargs["update"] = True
+            publisher.publish(data=payload["data"], metadata=payload.get("metadata"), **kwargs)
+
+        replay(record, publish, lambda wait: publisher.clear_output(wait))
+
+    def message(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _tee_display(shell: InteractiveShell, record: OutputRecord) -> Iterator[None]:
+    """Record every rich display while still sending it to the frontend."""
+    publisher = shell.display_pub
+    own = vars(publisher)
+    saved = {name: own[name] for name in ("publish", "clear_output") if name in own}
+    original_publish = publisher.publish
+    original_clear = publisher.clear_output
+
+    def publish(data: dict[str, Any], metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
+        record.add_display(
+            {
+                "data": dict(data),
+                "metadata": dict(metadata or {}),
+                "transient": kwargs.get("transient"),
+                "update": bool(kwargs.get("update", False)),
+            }
+        )
+        return original_publish(data, metadata, *args, **kwargs)
+
+    def clear_output(wait: bool = False) -> Any:
+        record.add_clear(wait)
+        return original_clear(wait)
+
+    publisher.publish = publish
+    publisher.clear_output = clear_output
+    try:
+        yield
+    finally:
+        for name in ("publish", "clear_output"):
+            if name in saved:
+                setattr(publisher, name, saved[name])
+            else:
+                vars(publisher).pop(name, None)
+
+
+def _flush_inline_figures() -> None:
+    # The inline backend shows figures after the whole cell, outside our recording;
+    # showing them here records them so a hit replays the plots too.
+    backend = sys.modules.get("matplotlib_inline.backend_inline")
+    matplotlib = sys.modules.get("matplotlib")
+    if backend is None or matplotlib is None:
+        return
+    try:
+        if "inline" in str(matplotlib.get_backend()):
+            backend.flush_figures()
+    except Exception:  # plotting trouble must not fail a finished cell
+        pass
+
+
+def _names(value: str | None, option: str) -> list[str]:
+    if not value:
+        return []
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    bad = [name for name in names if not name.isidentifier()]
+    if bad:
+        raise UsageError(
+            f"%%checkpoint {option}: {', '.join(repr(b) for b in bad)} is not a variable name; "
+            f"give a comma-separated list such as {option} a,b"
+        )
+    return names
+
+
+@magics_class
+class CheckpointMagics(Magics):
+    """``%%checkpoint`` (cell) and ``%checkpoint`` (line) bound to one shell."""
+
+    def __init__(self, shell: InteractiveShell) -> None:
+        super().__init__(shell)
+        self._engines: dict[Path, Engine] = {}
+
+    def engine(self, store_dir: Path | None = None) -> Engine:
+        """The engine of *store_dir* (default store when None), created on first use."""
+        root = (store_dir or default_store_dir()).resolve()
+        if root not in self._engines:
+            self._engines[root] = Engine(Store(root))
+        return self._engines[root]
+
+    @magic_arguments()
+    @argument("cell_id", metavar="CELL_ID", help="a stable name for this cell, e.g. train")
+    @argument("--force", action="store_true", help="execute and re-record even on a hit")
+    @argument("--inputs", metavar="a,b", help="extra inputs the analysis cannot see")
+    @argument("--ignore", metavar="a,b", help="inputs to leave out of the key")
+    @argument("--outputs", metavar="x,y", help="store only these names")
+    @argument("--deps", nargs="+", metavar="PATH", default=[], help="files whose contents join the key")
+    @argument("--files", nargs="+", metavar="PATH", default=[], help="files the cell writes: stored and restored")
+    @argument("--seed", type=int, metavar="N", help="seed random/numpy/torch with N before executing")
+    @argument("--no-seed", action="store_true", help="do not seed the random generators")
+    @argument("--salt", default="", metavar="TEXT", help="any text; changing it forces a new checkpoint")
+    @argument("--explain", action="store_true", help="on a miss, say which part of the key changed")
+    @argument("--quiet", action="store_true", help="no status line on a hit or a save")
+    @line_cell_magic
+    def checkpoint(self, line: str, cell: str | None = None) -> Any:
+        """Skip a cell whose code and inputs are unchanged; restore what it produced.
+
+        As a cell magic, ``%%checkpoint CELL_ID [options]`` runs the cell once and
+        stores the names it binds, its output and the RNG state; later runs with
+        the same code and input values restore them instead of executing.
+
+        As a line magic: ``%checkpoint list`` (every checkpoint of the store),
+        ``%checkpoint show TARGET`` (one checkpoint's names and key parts),
+        ``%checkpoint verify`` (check every signature and checksum). TARGET is a
+        checkpoint id, a unique prefix of one, or a CELL_ID (its latest checkpoint).
+
+        The store is ``$IPY_RESUME_DIR`` or ``.ipy_resume/`` in the working directory.
+
+        Example::
+
+            %%checkpoint train --deps data.csv
+            model = fit(data, lr=lr)
+        """
+        __tracebackhide__ = True
+        if cell is None:
+            return self._line(line)
+        args = parse_argstring(self.checkpoint, line)
+        if args.seed is not None and args.no_seed:
+            raise UsageError("%%checkpoint: use either --seed N or --no-seed, not both")
+        if not args.cell_id.strip():
+            raise UsageError("%%checkpoint needs a CELL_ID, e.g. %%checkpoint train")
+        opts = CheckpointOptions(
+            cell_id=args.cell_id,
+            force=args.force,
+            inputs=_names(args.inputs, "--inputs"),
+            ignore=_names(args.ignore, "--ignore"),
+            outputs=_names(args.outputs, "--outputs") if args.outputs is not None else None,
+            deps=list(args.deps),
+            files=list(args.files),
+            seed=args.seed,
+            no_seed=args.no_seed,
+            salt=args.salt,
+            explain=args.explain,
+            quiet=args.quiet,
+        )
+        assert self.shell is not None
+        source = self.shell.transform_cell(cell)
+        host = IPythonHost(self.shell, source)
+        return self.engine().run(self.shell.user_ns, source, opts, host)
+
+    def _line(self, line: str) -> None:
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%checkpoint: {exc}. {LINE_USAGE}") from None
+        if not words:
+            raise UsageError(LINE_USAGE)
+        command, rest = words[0], words[1:]
+        store = self.engine().store
+        try:
+            if command == "list":
+                print(reports.table(store.manifests()))
+            elif command == "show":
+                if len(rest) != 1:
+                    raise UsageError("usage: %checkpoint show TARGET")
+                manifest = reports.resolve(store.manifests(), rest[0])
+                print(json.dumps(reports.describe(manifest), indent=2, default=str))
+            elif command == "verify":
+                problems = store.verify()
+                print("\n".join(problems) if problems else f"store {store.root} is sound")
+            else:
+                raise UsageError(f"%checkpoint: unknown command '{command}'. {LINE_USAGE}")
+        except reports.TargetError as exc:
+            raise UsageError(str(exc)) from None
+        except StoreError as exc:
+            raise UsageError(f"%checkpoint {command}: {exc}") from None

@@ -1,0 +1,46 @@
+"""Shared fixtures: a fresh IPython shell, store and signing key per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private key directory and store, with the working directory in tmp_path."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
+    monkeypatch.setenv("IPY_RESUME_DIR", str(tmp_path / "store"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def shell(isolated: Path) -> Iterator[InteractiveShell]:
+    """A fresh InteractiveShell with ipy_resume loaded; never shared between tests."""
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    config.InteractiveShell.colors = "nocolor"
+    InteractiveShell.clear_instance()
+    sh = InteractiveShell.instance(config=config)
+    sh.run_line_magic("load_ext", "ipy_resume")
+    yield sh
+    sh.history_manager.end_session()
+    InteractiveShell.clear_instance()
+
+
+def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """Environment for a child Python that shares this test's store and key."""
+    env = dict(os.environ)
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")
+    env["IPY_RESUME_DIR"] = str(tmp_path / "store")
+    env.update(extra)
+    return env

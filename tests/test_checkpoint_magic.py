@@ -1,0 +1,306 @@
+"""``%%checkpoint`` in a real IPython shell: hits, misses, invalidation, failures."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from ipy_resume.store import Store
+
+
+def run(shell: InteractiveShell, source: str) -> object:
+    """Run a cell; fail the test on any error; return its result."""
+    result = shell.run_cell(source)
+    if not result.success:
+        raise AssertionError(f"cell failed: {result.error_in_exec or result.error_before_exec}")
+    return result.result
+
+
+def counting_cell(cell_id: str, body: str, options: str = "") -> str:
+    """A checkpointed cell that counts its executions in the list ``runs``."""
+    return f"%%checkpoint {cell_id} {options}\nruns.append({cell_id!r})\n{body}\n"
+
+
+@pytest.fixture
+def counted(shell: InteractiveShell) -> InteractiveShell:
+    shell.user_ns["runs"] = []
+    return shell
+
+
+def executions(shell: InteractiveShell, cell_id: str) -> int:
+    return list(shell.user_ns["runs"]).count(cell_id)
+
+
+def forget(shell: InteractiveShell, *names: str) -> None:
+    for name in names:
+        shell.user_ns.pop(name, None)
+
+
+def test_second_run_restores_without_executing(
+    counted: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ``runs`` is read by the cell (runs.append), so it is left out of the key.
+    cell = counting_cell("double", "y = x * 2", "--ignore runs")
+    counted.user_ns["x"] = 21
+    run(counted, cell)
+    forget(counted, "y")
+    run(counted, cell)
+    assert counted.user_ns["y"] == 42
+    assert executions(counted, "double") == 1
+    assert "restored 'double'" in capsys.readouterr().err
+
+
+def test_status_line_and_quiet(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    run(shell, "%%checkpoint q\na = 1")
+    capsys.readouterr()
+    run(shell, "%%checkpoint q\na = 1")
+    assert "restored 'q' from checkpoint" in capsys.readouterr().err
+    run(shell, "%%checkpoint q --quiet\na = 1")
+    assert capsys.readouterr().err == ""
+
+
+def test_result_value_and_stdout_are_replayed(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    cell = "%%checkpoint show\nprint('working', 7)\nimport sys; print('warn', file=sys.stderr)\n{'answer': 42}"
+    first = run(shell, cell)
+    out1 = capsys.readouterr()
+    second = run(shell, cell)
+    out2 = capsys.readouterr()
+    assert first == second == {"answer": 42}
+    assert "working 7" in out1.out and "working 7" in out2.out
+    assert "warn" in out2.err
+
+
+def test_trailing_semicolon_hides_result(shell: InteractiveShell) -> None:
+    assert run(shell, "%%checkpoint semi\n1 + 1;") is None
+    assert run(shell, "%%checkpoint semi2\n1 + 1") == 2
+
+
+def test_rich_display_is_recorded_and_replayed(shell: InteractiveShell) -> None:
+    cell = (
+        "%%checkpoint rich --quiet\n"
+        "from IPython.display import HTML, display\n"
+        "display(HTML('<b>bold</b>'))\n"
+        "print('between')\n"
+    )
+    with capture_output() as first:
+        run(shell, cell)
+    with capture_output() as second:
+        run(shell, cell)
+    assert [o.data for o in first.outputs] == [o.data for o in second.outputs]
+    assert any("text/html" in o.data for o in second.outputs)
+    assert first.stdout == second.stdout == "between\n"
+
+
+def test_input_change_executes_and_going_back_hits(counted: InteractiveShell) -> None:
+    cell = "%%checkpoint sq --ignore runs\nruns.append('sq')\ny = x ** 2\n"
+    for x in (3, 4, 3, 4):
+        counted.user_ns["x"] = x
+        run(counted, cell)
+        assert counted.user_ns["y"] == x**2
+    assert executions(counted, "sq") == 2
+
+
+def test_comment_and_whitespace_edits_still_hit(counted: InteractiveShell) -> None:
+    counted.user_ns["x"] = 5
+    run(counted, "%%checkpoint c --ignore runs\nruns.append('c')\ny = x + 1\n")
+    run(counted, "%%checkpoint c --ignore runs\n# a comment\nruns.append( 'c' )\n\n\ny   =   x+1  # why\n")
+    assert executions(counted, "c") == 1
+    run(counted, "%%checkpoint c --ignore runs\nruns.append('c')\ny = x + 2\n")
+    assert executions(counted, "c") == 2
+
+
+def test_called_function_body_change_executes(counted: InteractiveShell) -> None:
+    run(counted, "def helper(v):\n    return v + 1\n\ndef f(v):\n    return helper(v) * 2\n")
+    cell = "%%checkpoint fn --ignore runs\nruns.append('fn')\ny = f(1)\n"
+    run(counted, cell)
+    run(counted, cell)
+    assert executions(counted, "fn") == 1
+    run(counted, "def helper(v):\n    return v + 10\n")
+    run(counted, cell)
+    assert executions(counted, "fn") == 2 and counted.user_ns["y"] == 22
+
+
+def test_deps_seed_and_salt_invalidate(counted: InteractiveShell, isolated: Path) -> None:
+    data = isolated / "data.csv"
+    data.write_text("1,2,3\n")
+    base = "%%checkpoint d --ignore runs {opts}\nruns.append('d')\ny = 1\n"
+    run(counted, base.format(opts="--deps data.csv"))
+    run(counted, base.format(opts="--deps data.csv"))
+    assert executions(counted, "d") == 1
+    data.write_text("1,2,4\n")
+    run(counted, base.format(opts="--deps data.csv"))
+    assert executions(counted, "d") == 2
+    run(counted, base.format(opts="--deps data.csv --seed 7"))
+    assert executions(counted, "d") == 3
+    run(counted, base.format(opts="--deps data.csv --seed 7 --salt v2"))
+    assert executions(counted, "d") == 4
+    run(counted, base.format(opts="--deps data.csv --seed 7 --salt v2"))
+    assert executions(counted, "d") == 4
+
+
+def test_force_executes_and_rerecords(counted: InteractiveShell) -> None:
+    cell = "%%checkpoint f {opt}--ignore runs\nruns.append('f')\ny = 1\n"
+    run(counted, cell.format(opt=""))
+    run(counted, cell.format(opt="--force "))
+    run(counted, cell.format(opt=""))
+    assert executions(counted, "f") == 2
+
+
+def test_explain_names_the_changed_input(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    shell.user_ns.update(lr=0.1, epochs=3)
+    cell = "%%checkpoint train --explain\nscore = lr * epochs\n"
+    run(shell, cell)
+    assert "no earlier checkpoint" in capsys.readouterr().err
+    shell.user_ns["lr"] = 0.2
+    run(shell, cell)
+    err = capsys.readouterr().err
+    assert "input 'lr' changed" in err and "epochs" not in err.split("executes:")[1]
+    run(shell, cell.replace("lr * epochs", "lr * epochs + 1"))
+    assert "the cell's code changed" in capsys.readouterr().err
+
+
+def test_inplace_mutations_are_restored(shell: InteractiveShell) -> None:
+    import pandas as pd
+
+    def setup() -> None:
+        shell.user_ns.update(
+            lst=[1, 2],
+            arr=np.arange(4.0),
+            df=pd.DataFrame({"a": [1, 2, 3]}),
+        )
+
+    cell = "%%checkpoint mut\nlst.append(3)\narr *= 2\ndf['c'] = df['a'] * 10\n"
+    setup()
+    run(shell, cell)
+    setup()
+    run(shell, cell)
+    assert shell.last_execution_succeeded
+    assert shell.user_ns["lst"] == [1, 2, 3]
+    np.testing.assert_array_equal(shell.user_ns["arr"], np.arange(4.0) * 2)
+    assert list(shell.user_ns["df"]["c"]) == [10, 20, 30]
+    manifest = Store(Path("store")).manifests()[-1]
+    # ``arr *= 2`` rebinds arr, so it is an ordinary output; the others were changed in place.
+    assert set(manifest.info["mutated"]) == {"lst", "df"}
+    assert {"lst", "arr", "df"} <= set(manifest.info["outputs"])
+
+
+def test_deletions_are_applied_on_hit(shell: InteractiveShell) -> None:
+    cell = "%%checkpoint deleting\ntmp = 1\nkeep = tmp + 1\ndel tmp\n"
+    run(shell, cell)
+    shell.user_ns["tmp"] = "stale"
+    forget(shell, "keep")
+    run(shell, cell)
+    assert "tmp" not in shell.user_ns and shell.user_ns["keep"] == 2
+
+
+def test_cell_that_raises_stores_nothing(shell: InteractiveShell) -> None:
+    result = shell.run_cell("%%checkpoint boom\nz = 1\nraise ValueError('bad input 17')\n")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert str(result.error_in_exec) == "bad input 17"
+    assert Store("store").manifests() == []
+
+
+def test_unpicklable_output_is_named_and_cell_reruns(counted: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    cell = "%%checkpoint gen --ignore runs\nruns.append('gen')\nimport threading\ng = (i for i in range(3))\nlock = threading.Lock()\nok = 5\n"
+    run(counted, cell)
+    err = capsys.readouterr().err
+    assert "'g'" in err and "'lock'" in err and "incomplete" in err
+    assert counted.user_ns["ok"] == 5 and isinstance(counted.user_ns["lock"], type(threading.Lock()))
+    run(counted, cell)
+    assert executions(counted, "gen") == 2
+
+
+def test_rng_draws_after_a_hit_match_an_execution(shell: InteractiveShell) -> None:
+    cell = "%%checkpoint draw\nimport random\nimport numpy as np\na = np.random.rand(3)\nb = random.random()\n"
+    after = "nxt = (np.random.rand(2).tolist(), random.random())"
+    run(shell, cell)
+    run(shell, after)
+    executed = (shell.user_ns["a"].tolist(), shell.user_ns["b"], shell.user_ns["nxt"])
+    shell.run_cell("np.random.seed(999); random.seed(999)")
+    run(shell, cell)
+    run(shell, after)
+    restored = (shell.user_ns["a"].tolist(), shell.user_ns["b"], shell.user_ns["nxt"])
+    assert executed == restored
+
+
+def test_seed_option_makes_draws_reproducible(shell: InteractiveShell) -> None:
+    run(shell, "%%checkpoint s1 --seed 5\nimport numpy as np\nv = np.random.rand()")
+    first = shell.user_ns["v"]
+    run(shell, "%%checkpoint s2 --seed 5\nimport numpy as np\nv = np.random.rand()")
+    assert shell.user_ns["v"] == first == np.random.RandomState(5).rand()
+
+
+def test_no_seed_leaves_generators_alone(shell: InteractiveShell) -> None:
+    run(shell, "import numpy as np\nnp.random.seed(11)")
+    run(shell, "%%checkpoint ns --no-seed\nv = np.random.rand()")
+    assert shell.user_ns["v"] == np.random.RandomState(11).rand()
+
+
+def test_files_option_restores_written_files(shell: InteractiveShell, isolated: Path) -> None:
+    cell = "%%checkpoint writer --files out/result.txt\nimport os\nos.makedirs('out', exist_ok=True)\nopen('out/result.txt', 'w').write('hello')\n"
+    run(shell, cell)
+    (isolated / "out" / "result.txt").unlink()
+    run(shell, cell)
+    assert (isolated / "out" / "result.txt").read_text() == "hello"
+
+
+def test_outputs_option_stores_only_named(shell: InteractiveShell) -> None:
+    cell = "%%checkpoint only --outputs keep\nkeep = 1\nscratch = 2\n"
+    run(shell, cell)
+    forget(shell, "keep", "scratch")
+    run(shell, cell)
+    assert shell.user_ns["keep"] == 1 and "scratch" not in shell.user_ns
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("%%checkpoint", "CELL_ID"),
+        ("%%checkpoint a --seed x", "--seed"),
+        ("%%checkpoint a --seed 1 --no-seed", "either --seed"),
+        ("%%checkpoint a --inputs 1x", "not a variable name"),
+        ("%%checkpoint a --bogus", "unrecognized"),
+    ],
+)
+def test_misuse_is_a_one_line_usage_error(shell: InteractiveShell, line: str, fragment: str) -> None:
+    with pytest.raises(UsageError, match=fragment.replace("-", r"\-")) as info:
+        shell.run_cell_magic("checkpoint", line.removeprefix("%%checkpoint").strip(), "x = 1")
+    assert "\n" not in str(info.value).strip()
+
+
+def test_help_lists_every_option(shell: InteractiveShell) -> None:
+    doc = shell.find_cell_magic("checkpoint").__doc__ or ""
+    for option in ("--force", "--inputs", "--ignore", "--outputs", "--deps", "--files", "--seed", "--no-seed", "--salt", "--explain", "--quiet"):
+        assert option in doc
+
+
+def test_loading_twice_is_harmless(shell: InteractiveShell) -> None:
+    shell.run_line_magic("load_ext", "ipy_resume")
+    shell.run_line_magic("reload_ext", "ipy_resume")
+    assert run(shell, "%%checkpoint twice\n3") == 3
+
+
+def test_line_magic_list_and_show(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    run(shell, "%%checkpoint listed\nvalue = 1")
+    capsys.readouterr()
+    shell.run_line_magic("checkpoint", "list")
+    assert "listed" in capsys.readouterr().out
+    shell.run_line_magic("checkpoint", "show listed")
+    assert '"value"' in capsys.readouterr().out
+    with pytest.raises(UsageError, match="no checkpoint matches"):
+        shell.run_line_magic("checkpoint", "show nothing-like-this")
+
+
+def test_unfingerprintable_input_always_executes(counted: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    counted.user_ns["gen"] = (i for i in range(3))
+    cell = "%%checkpoint un --ignore runs\nruns.append('un')\nfirst = next(gen)\n"
+    run(counted, cell)
+    run(counted, cell)
+    assert executions(counted, "un") == 2
+    assert "'gen' cannot be fingerprinted" in capsys.readouterr().err

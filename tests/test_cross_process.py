@@ -1,0 +1,94 @@
+"""What must survive a restart: a checkpoint made in one process, restored in another."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import subprocess_env
+
+RUNNER = Path(__file__).with_name("shell_runner.py")
+
+
+def run_process(tmp_path: Path, cells: list[str], evals: dict[str, str], **env: str) -> dict[str, Any]:
+    """Run *cells* in a fresh Python process sharing this test's store; return its report."""
+    job = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
+    job.write_text(json.dumps({"cells": cells, "eval": evals}))
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), str(job)],
+        cwd=tmp_path,
+        env=subprocess_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
+TRAIN = """%%checkpoint train
+import numpy as np, random
+from IPython.display import HTML, display
+with open('side_effect.log', 'a') as fh:
+    fh.write('ran\\n')
+weights = np.random.rand(1000, 50)
+noise = random.random()
+print('trained', weights.shape)
+display(HTML('<p>done</p>'))
+{'loss': round(float(weights.mean()), 6)}
+"""
+AFTER = "nxt = (np.random.rand(3).tolist(), random.random())"
+
+
+def test_restored_in_a_fresh_process_without_executing(tmp_path: Path) -> None:
+    evals = {"w": "weights.sum()", "noise": "noise", "nxt": "nxt"}
+    first = run_process(tmp_path, [TRAIN, AFTER], evals)
+    second = run_process(tmp_path, [TRAIN, AFTER], evals)
+    assert (tmp_path / "side_effect.log").read_text() == "ran\n"  # executed once only
+    assert first["eval"] == second["eval"]
+    one, two = first["cells"][0], second["cells"][0]
+    assert one["error"] is None and two["error"] is None
+    assert one["stdout"] == two["stdout"] and "trained (1000, 50)" in two["stdout"]
+    assert one["displays"] == two["displays"] and "text/html" in two["displays"][0]
+    assert one["result"] == two["result"]
+    assert "restored 'train'" in two["stderr"]
+
+
+SET_CELL = "%%checkpoint sets\nlabels = sorted(vocab) + sorted(counts)\nwith open('runs.log', 'a') as fh:\n    fh.write('x')\n"
+SET_SETUP = "vocab = {f'w{i}' for i in range(200)}\ncounts = {f'k{i}': {i, f's{i}'} for i in range(100)}"
+
+
+def test_set_and_dict_inputs_hit_across_hash_seeds(tmp_path: Path) -> None:
+    for seed in ("0", "1", "12345"):
+        report = run_process(tmp_path, [SET_SETUP, SET_CELL], {"n": "len(labels)"}, PYTHONHASHSEED=seed)
+        assert report["cells"][1]["error"] is None
+    assert (tmp_path / "runs.log").read_text() == "x"
+
+
+def test_store_under_another_key_is_not_trusted(tmp_path: Path) -> None:
+    cell = "%%checkpoint k\nwith open('runs.log', 'a') as fh:\n    fh.write('x')\nv = 3"
+    run_process(tmp_path, [cell], {})
+    other = run_process(tmp_path, [cell], {"v": "v"}, JUPYTER_DATA_DIR=str(tmp_path / "other-key"))
+    assert (tmp_path / "runs.log").read_text() == "xx"
+    assert other["eval"]["v"] == "3"
+    assert "trust" in other["cells"][0]["stderr"]
+
+
+@pytest.mark.slow
+def test_one_gigabyte_array_without_an_extra_copy(tmp_path: Path) -> None:
+    # Peak RSS of a process holding a 1 GB input and a 1 GB output: hashing or saving
+    # through a copy would add another gigabyte.
+    gib = 1 << 30
+    setup = "import numpy as np, resource\na = np.ones(2**27)\n"  # 1 GiB of float64
+    cell = "%%checkpoint big --quiet\nb = a + 1.0\n"
+    peak = "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024"
+    first = run_process(tmp_path, [setup, cell], {"peak": peak, "b0": "float(b[0])"})
+    second = run_process(tmp_path, [setup, cell], {"peak": peak, "b0": "float(b[-1])"})
+    assert first["cells"][1]["error"] is None and second["eval"]["b0"] == "2.0"
+    for report in (first, second):
+        assert int(report["eval"]["peak"]) < 2 * gib + 400 * (1 << 20), report["eval"]["peak"]
