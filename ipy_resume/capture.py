@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -96,10 +96,9 @@ def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
         yield record
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            # A closed user stream must not mask the cell's own error.
+            with suppress(Exception):
                 stream.flush()
-            except Exception:  # a closed user stream must not mask the cell's own error
-                pass
         sys.stdout, sys.stderr = saved
 
 

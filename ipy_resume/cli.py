@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "verify", parents=[common], help="check every signature and checksum; exit 1 on problems"
     )
+    demo = commands.add_parser(
+        "demo", help="run the crash-and-resume story headless against a real kernel"
+    )
+    demo.add_argument("--workdir", type=Path, default=None, help="folder to run in (default: temp)")
     return parser
 
 
@@ -49,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(args.workdir)
     root = args.store or default_store_dir()
     try:
         store = Store(root)

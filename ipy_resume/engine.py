@@ -126,7 +126,9 @@ class Engine:
 
     # ---- planning -------------------------------------------------------------------------
 
-    def plan(self, namespace: MutableMapping[str, Any], source: str, opts: CheckpointOptions) -> Plan:
+    def plan(
+        self, namespace: MutableMapping[str, Any], source: str, opts: CheckpointOptions
+    ) -> Plan:
         """Analyse the cell and digest every part of its key.
 
         >>> plan = engine.plan({"x": 1}, "y = x + 1", CheckpointOptions("c"))  # doctest: +SKIP

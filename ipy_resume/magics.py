@@ -149,11 +149,23 @@ class CheckpointMagics(Magics):
     @argument("--inputs", metavar="a,b", help="extra inputs the analysis cannot see")
     @argument("--ignore", metavar="a,b", help="inputs to leave out of the key")
     @argument("--outputs", metavar="x,y", help="store only these names")
-    @argument("--deps", nargs="+", metavar="PATH", default=[], help="files whose contents join the key")
-    @argument("--files", nargs="+", metavar="PATH", default=[], help="files the cell writes: stored and restored")
-    @argument("--seed", type=int, metavar="N", help="seed random/numpy/torch with N before executing")
+    @argument(
+        "--deps", nargs="+", metavar="PATH", default=[], help="files whose contents join the key"
+    )
+    @argument(
+        "--files",
+        nargs="+",
+        metavar="PATH",
+        default=[],
+        help="files the cell writes: stored and restored",
+    )
+    @argument(
+        "--seed", type=int, metavar="N", help="seed random/numpy/torch with N before executing"
+    )
     @argument("--no-seed", action="store_true", help="do not seed the random generators")
-    @argument("--salt", default="", metavar="TEXT", help="any text; changing it forces a new checkpoint")
+    @argument(
+        "--salt", default="", metavar="TEXT", help="any text; changing it forces a new checkpoint"
+    )
     @argument("--explain", action="store_true", help="on a miss, say which part of the key changed")
     @argument("--quiet", action="store_true", help="no status line on a hit or a save")
     @line_cell_magic

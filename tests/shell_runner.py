@@ -12,6 +12,7 @@ import io
 import json
 import sys
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -20,7 +21,7 @@ from traitlets.config import Config
 
 
 def main(path: str) -> None:
-    job = json.loads(open(path).read())
+    job = json.loads(Path(path).read_text())
     config = Config()
     config.HistoryManager.hist_file = ":memory:"
     config.InteractiveShell.colors = "nocolor"
@@ -29,16 +30,21 @@ def main(path: str) -> None:
     cells: list[dict[str, Any]] = []
     for source in job["cells"]:
         out, err = io.StringIO(), io.StringIO()
-        with capture_output(stdout=False, stderr=False, display=True) as captured:
-            with redirect_stdout(out), redirect_stderr(err):
-                result = shell.run_cell(source, store_history=True)
+        with (
+            capture_output(stdout=False, stderr=False, display=True) as captured,
+            redirect_stdout(out),
+            redirect_stderr(err),
+        ):
+            result = shell.run_cell(source, store_history=True)
         cells.append(
             {
                 "stdout": out.getvalue(),
                 "stderr": err.getvalue(),
                 "displays": [o.data for o in captured.outputs],
                 "result": None if result.result is None else repr(result.result),
-                "error": None if result.success else repr(result.error_in_exec or result.error_before_exec),
+                "error": None
+                if result.success
+                else repr(result.error_in_exec or result.error_before_exec),
             }
         )
     values = {label: repr(eval(expr, shell.user_ns)) for label, expr in job.get("eval", {}).items()}

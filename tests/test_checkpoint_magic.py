@@ -65,7 +65,9 @@ def test_status_line_and_quiet(shell: InteractiveShell, capsys: pytest.CaptureFi
     assert capsys.readouterr().err == ""
 
 
-def test_result_value_and_stdout_are_replayed(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+def test_result_value_and_stdout_are_replayed(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
     cell = "%%checkpoint show\nprint('working', 7)\nimport sys; print('warn', file=sys.stderr)\n{'answer': 42}"
     first = run(shell, cell)
     out1 = capsys.readouterr()
@@ -109,7 +111,10 @@ def test_input_change_executes_and_going_back_hits(counted: InteractiveShell) ->
 def test_comment_and_whitespace_edits_still_hit(counted: InteractiveShell) -> None:
     counted.user_ns["x"] = 5
     run(counted, "%%checkpoint c --ignore runs\nruns.append('c')\ny = x + 1\n")
-    run(counted, "%%checkpoint c --ignore runs\n# a comment\nruns.append( 'c' )\n\n\ny   =   x+1  # why\n")
+    run(
+        counted,
+        "%%checkpoint c --ignore runs\n# a comment\nruns.append( 'c' )\n\n\ny   =   x+1  # why\n",
+    )
     assert executions(counted, "c") == 1
     run(counted, "%%checkpoint c --ignore runs\nruns.append('c')\ny = x + 2\n")
     assert executions(counted, "c") == 2
@@ -152,7 +157,9 @@ def test_force_executes_and_rerecords(counted: InteractiveShell) -> None:
     assert executions(counted, "f") == 2
 
 
-def test_explain_names_the_changed_input(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_names_the_changed_input(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
     shell.user_ns.update(lr=0.1, epochs=3)
     cell = "%%checkpoint train --explain\nscore = lr * epochs\n"
     run(shell, cell)
@@ -206,12 +213,16 @@ def test_cell_that_raises_stores_nothing(shell: InteractiveShell) -> None:
     assert Store("store").manifests() == []
 
 
-def test_unpicklable_output_is_named_and_cell_reruns(counted: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unpicklable_output_is_named_and_cell_reruns(
+    counted: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
     cell = "%%checkpoint gen --ignore runs\nruns.append('gen')\nimport threading\ng = (i for i in range(3))\nlock = threading.Lock()\nok = 5\n"
     run(counted, cell)
     err = capsys.readouterr().err
     assert "'g'" in err and "'lock'" in err and "incomplete" in err
-    assert counted.user_ns["ok"] == 5 and isinstance(counted.user_ns["lock"], type(threading.Lock()))
+    assert counted.user_ns["ok"] == 5 and isinstance(
+        counted.user_ns["lock"], type(threading.Lock())
+    )
     run(counted, cell)
     assert executions(counted, "gen") == 2
 
@@ -268,7 +279,9 @@ def test_outputs_option_stores_only_named(shell: InteractiveShell) -> None:
         ("%%checkpoint a --bogus", "unrecognized"),
     ],
 )
-def test_misuse_is_a_one_line_usage_error(shell: InteractiveShell, line: str, fragment: str) -> None:
+def test_misuse_is_a_one_line_usage_error(
+    shell: InteractiveShell, line: str, fragment: str
+) -> None:
     with pytest.raises(UsageError, match=fragment.replace("-", r"\-")) as info:
         shell.run_cell_magic("checkpoint", line.removeprefix("%%checkpoint").strip(), "x = 1")
     assert "\n" not in str(info.value).strip()
@@ -276,7 +289,19 @@ def test_misuse_is_a_one_line_usage_error(shell: InteractiveShell, line: str, fr
 
 def test_help_lists_every_option(shell: InteractiveShell) -> None:
     doc = shell.find_cell_magic("checkpoint").__doc__ or ""
-    for option in ("--force", "--inputs", "--ignore", "--outputs", "--deps", "--files", "--seed", "--no-seed", "--salt", "--explain", "--quiet"):
+    for option in (
+        "--force",
+        "--inputs",
+        "--ignore",
+        "--outputs",
+        "--deps",
+        "--files",
+        "--seed",
+        "--no-seed",
+        "--salt",
+        "--explain",
+        "--quiet",
+    ):
         assert option in doc
 
 
@@ -286,7 +311,9 @@ def test_loading_twice_is_harmless(shell: InteractiveShell) -> None:
     assert run(shell, "%%checkpoint twice\n3") == 3
 
 
-def test_line_magic_list_and_show(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+def test_line_magic_list_and_show(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
     run(shell, "%%checkpoint listed\nvalue = 1")
     capsys.readouterr()
     shell.run_line_magic("checkpoint", "list")
@@ -297,7 +324,9 @@ def test_line_magic_list_and_show(shell: InteractiveShell, capsys: pytest.Captur
         shell.run_line_magic("checkpoint", "show nothing-like-this")
 
 
-def test_unfingerprintable_input_always_executes(counted: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unfingerprintable_input_always_executes(
+    counted: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
     counted.user_ns["gen"] = (i for i in range(3))
     cell = "%%checkpoint un --ignore runs\nruns.append('un')\nfirst = next(gen)\n"
     run(counted, cell)

@@ -14,7 +14,9 @@ from conftest import subprocess_env
 RUNNER = Path(__file__).with_name("shell_runner.py")
 
 
-def run_process(tmp_path: Path, cells: list[str], evals: dict[str, str], **env: str) -> dict[str, Any]:
+def run_process(
+    tmp_path: Path, cells: list[str], evals: dict[str, str], **env: str
+) -> dict[str, Any]:
     """Run *cells* in a fresh Python process sharing this test's store; return its report."""
     job = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
     job.write_text(json.dumps({"cells": cells, "eval": evals}))
@@ -60,12 +62,16 @@ def test_restored_in_a_fresh_process_without_executing(tmp_path: Path) -> None:
 
 
 SET_CELL = "%%checkpoint sets\nlabels = sorted(vocab) + sorted(counts)\nwith open('runs.log', 'a') as fh:\n    fh.write('x')\n"
-SET_SETUP = "vocab = {f'w{i}' for i in range(200)}\ncounts = {f'k{i}': {i, f's{i}'} for i in range(100)}"
+SET_SETUP = (
+    "vocab = {f'w{i}' for i in range(200)}\ncounts = {f'k{i}': {i, f's{i}'} for i in range(100)}"
+)
 
 
 def test_set_and_dict_inputs_hit_across_hash_seeds(tmp_path: Path) -> None:
     for seed in ("0", "1", "12345"):
-        report = run_process(tmp_path, [SET_SETUP, SET_CELL], {"n": "len(labels)"}, PYTHONHASHSEED=seed)
+        report = run_process(
+            tmp_path, [SET_SETUP, SET_CELL], {"n": "len(labels)"}, PYTHONHASHSEED=seed
+        )
         assert report["cells"][1]["error"] is None
     assert (tmp_path / "runs.log").read_text() == "x"
 

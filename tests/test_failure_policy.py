@@ -80,7 +80,9 @@ def test_every_damaged_blob_reexecutes_then_heals(
         assert rerun(worked) == 0, f"store did not heal after {damage} of {blob.name}"
 
 
-def test_tampered_manifest_reexecutes(worked: InteractiveShell, isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tampered_manifest_reexecutes(
+    worked: InteractiveShell, isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     manifest = next((isolated / "store" / "manifests").rglob("*.json"))
     manifest.write_text(manifest.read_text().replace('"factor"', '"factar"', 1))
     capsys.readouterr()
@@ -90,7 +92,10 @@ def test_tampered_manifest_reexecutes(worked: InteractiveShell, isolated: Path, 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO, errno.EACCES])
 def test_failed_save_keeps_values_and_says_so(
-    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: int
+    shell: InteractiveShell,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    code: int,
 ) -> None:
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError(code, "injected failure")

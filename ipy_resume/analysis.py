@@ -1,0 +1,832 @@
+"""Static analysis of a notebook cell: which globals it reads, binds and deletes.
+
+The engine keys a checkpoint on the cell's code and on the values of its *inputs*
+(globals whose pre-cell value the cell can observe), and restores its *outputs*
+(globals it may leave bound) and *deleted* names. Everything here works on the
+plain-Python source IPython produces after its input transformations, using only
+the stdlib :mod:`ast`.
+
+The analysis is deliberately conservative about inputs: reporting a name the cell
+does not really read only costs a cache miss, while missing one would let a stale
+checkpoint be restored.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal
+
+__all__ = ["AnalysisError", "CellAnalysis", "analyze", "normalize_source"]
+
+
+class AnalysisError(ValueError):
+    """The cell is not valid Python; the message reads ``"line N: <reason>"``."""
+
+
+@dataclass(frozen=True)
+class CellAnalysis:
+    """What a cell reads from and writes to the global namespace.
+
+    ``inputs`` are globals whose pre-cell value the cell may read; ``outputs`` are
+    globals the cell may leave bound; ``deleted`` are globals the cell may leave
+    deleted (``del`` at module level). ``normalized`` is a formatting-independent
+    rendering of the code, suitable for hashing.
+    """
+
+    inputs: frozenset[str]
+    outputs: frozenset[str]
+    deleted: frozenset[str]
+    normalized: str
+
+
+# IPython puts these in the user namespace or in builtins; their values are either
+# session bookkeeping or unknowable statically, so they never make a cell stale.
+_IGNORED_NAMES = frozenset(dir(builtins)) | {
+    "__builtins__",
+    "__name__",
+    "__file__",
+    "__doc__",
+    "__class__",
+    "__IPYTHON__",
+    "_",
+    "__",
+    "___",
+    "_i",
+    "_ii",
+    "_iii",
+    "_oh",
+    "_ih",
+    "_dh",
+    "In",
+    "Out",
+    "get_ipython",
+    "display",
+    "exit",
+    "quit",
+}
+_HISTORY_NAME = re.compile(r"_i?\d+")
+
+# Names a class body binds implicitly before its first statement runs.
+_CLASS_IMPLICIT = frozenset({"__module__", "__qualname__"})
+
+_FrameKind = Literal["module", "class", "function", "comprehension"]
+_StoreMode = Literal["bind", "maybe", "handler"]
+
+
+def _ignored(name: str) -> bool:
+    return name in _IGNORED_NAMES or _HISTORY_NAME.fullmatch(name) is not None
+
+
+@dataclass
+class _Flow:
+    """Facts that hold on every path reaching the current point of a scope.
+
+    ``touched``: the cell has bound or deleted the name, so its pre-cell value is
+    gone (this only grows along a path). ``bound``/``deleted``: the name is
+    definitely bound / definitely deleted right now.
+    """
+
+    touched: set[str] = field(default_factory=set)
+    bound: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
+
+    def copy(self) -> _Flow:
+        return _Flow(set(self.touched), set(self.bound), set(self.deleted))
+
+
+@dataclass
+class _Frame:
+    kind: _FrameKind
+    flow: _Flow | None = None
+    local: frozenset[str] = frozenset()
+    globals: frozenset[str] = frozenset()
+    nonlocals: frozenset[str] = frozenset()
+
+
+_Snapshot = list[_Flow | None]
+_Event = tuple[int, str]
+_FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+_ComprehensionNode = ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp
+
+
+def _merge(snaps: Sequence[_Snapshot]) -> _Snapshot:
+    """State after control flow joins: only facts true on every incoming path survive."""
+    merged: _Snapshot = []
+    for flows in zip(*snaps, strict=True):
+        first = flows[0]
+        if first is None:
+            merged.append(None)
+            continue
+        out = first.copy()
+        for other in flows[1:]:
+            assert other is not None
+            out.touched &= other.touched
+            out.bound &= other.bound
+            out.deleted &= other.deleted
+        merged.append(out)
+    return merged
+
+
+def _havoc(snap: _Snapshot, events: Iterable[_Event]) -> _Snapshot:
+    """State somewhere inside a region that started at ``snap`` and bound/deleted ``events``.
+
+    Used where a region can be left half-way (break, continue, an exception caught
+    by a handler): a name the region touched may be in either state afterwards.
+    ``touched`` keeps the start value because it never shrinks along a path.
+    """
+    out: _Snapshot = [f.copy() if f is not None else None for f in snap]
+    for idx, name in events:
+        if idx < len(out):
+            flow = out[idx]
+            if flow is not None:
+                flow.bound.discard(name)
+                flow.deleted.discard(name)
+    return out
+
+
+def _param_names(args: ast.arguments) -> set[str]:
+    params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    if args.vararg is not None:
+        params.append(args.vararg)
+    if args.kwarg is not None:
+        params.append(args.kwarg)
+    return {a.arg for a in params}
+
+
+def _type_param_names(node: ast.AST) -> set[str]:
+    # PEP 695 (Python 3.12+); absent on older interpreters.
+    return {getattr(tp, "name", "") for tp in getattr(node, "type_params", ())} - {""}
+
+
+def _scope_names(nodes: Iterable[ast.AST]) -> tuple[set[str], set[str], set[str]]:
+    """Names a function/class body binds, declares ``global`` and declares ``nonlocal``.
+
+    Nested function and class bodies and lambda bodies are separate scopes and are
+    skipped, but their decorators, defaults and bases run in this scope. Inside
+    comprehensions only walrus targets escape to this scope.
+    """
+    stores: set[str] = set()
+    globs: set[str] = set()
+    nonlocs: set[str] = set()
+
+    def in_comprehension(node: ast.AST) -> None:
+        if isinstance(node, ast.NamedExpr):
+            if isinstance(node.target, ast.Name):
+                stores.add(node.target.id)
+            in_comprehension(node.value)
+        elif isinstance(node, ast.Lambda):
+            for default in [*node.args.defaults, *node.args.kw_defaults]:
+                if default is not None:
+                    in_comprehension(default)
+        elif isinstance(node, ast.comprehension):
+            in_comprehension(node.iter)
+            for cond in node.ifs:
+                in_comprehension(cond)
+        else:
+            for child in ast.iter_child_nodes(node):
+                in_comprehension(child)
+
+    def walk(node: ast.AST) -> None:
+        if isinstance(node, ast.Global):
+            globs.update(node.names)
+        elif isinstance(node, ast.Nonlocal):
+            nonlocs.update(node.names)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            stores.add(node.name)
+            for child in _function_header(node):
+                walk(child)
+        elif isinstance(node, ast.ClassDef):
+            stores.add(node.name)
+            for child in [*node.decorator_list, *node.bases, *node.keywords]:
+                walk(child)
+        elif isinstance(node, ast.Lambda):
+            for default in [*node.args.defaults, *node.args.kw_defaults]:
+                if default is not None:
+                    walk(default)
+        elif isinstance(node, _ComprehensionNode):
+            in_comprehension(node)
+        else:
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                stores.add(node.id)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                stores.update(_import_binding(alias) for alias in node.names if alias.name != "*")
+            elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar):
+                if node.name is not None:
+                    stores.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest is not None:
+                stores.add(node.rest)
+            elif type(node).__name__ == "TypeAlias":
+                # ``type X = ...`` binds X; its value is evaluated lazily in its own scope.
+                walk(node.name)  # type: ignore[attr-defined]
+                return
+            for child in ast.iter_child_nodes(node):
+                walk(child)
+
+    for node in nodes:
+        walk(node)
+    return stores, globs, nonlocs
+
+
+def _function_header(node: _FunctionNode) -> list[ast.AST]:
+    """Expressions a ``def`` evaluates in the enclosing scope, in evaluation order."""
+    args = node.args
+    parts: list[ast.AST] = [*node.decorator_list, *args.defaults]
+    parts.extend(d for d in args.kw_defaults if d is not None)
+    parts.extend(_annotations(node))
+    return parts
+
+
+def _annotations(node: _FunctionNode | ast.Lambda) -> list[ast.expr]:
+    # Treated as evaluated even under ``from __future__ import annotations``: a
+    # spurious input is harmless, a missing one is not.
+    args = node.args
+    every = [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg]
+    found = [a.annotation for a in every if a is not None and a.annotation is not None]
+    returns = getattr(node, "returns", None)
+    if returns is not None:
+        found.append(returns)
+    return found
+
+
+def _import_binding(alias: ast.alias) -> str:
+    # ``import a.b.c`` binds ``a``; ``import a.b as c`` binds ``c``.
+    return alias.asname or alias.name.partition(".")[0]
+
+
+def _irrefutable(case: ast.match_case) -> bool:
+    pattern = case.pattern
+    return case.guard is None and isinstance(pattern, ast.MatchAs) and pattern.pattern is None
+
+
+class _Analyzer(ast.NodeVisitor):
+    """Walks a cell in execution order, tracking what each scope has bound so far.
+
+    Module level and class bodies run immediately, so they are analysed flow by
+    flow. Function and lambda bodies run later: a global they read is collected
+    as *pending* and checked against the module state once the ``def`` (or, for
+    methods, the outermost class) has bound its name, so self-references from
+    recursive functions and methods do not count as inputs.
+    """
+
+    def __init__(self) -> None:
+        self._stack: list[_Frame] = [_Frame("module", flow=_Flow())]
+        self._function_depth = 0
+        self._class_depth = 0
+        self._conditional = 0
+        self._recorders: list[set[_Event]] = []
+        self._pending: set[str] = set()
+        self.inputs: set[str] = set()
+        self.ever_bound: set[str] = set()
+        self.ever_deleted: set[str] = set()
+        # Globals that function bodies may bind or delete whenever they are called.
+        self.unsettled: set[str] = set()
+
+    # ----------------------------------------------------------------- results
+
+    def result(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        self._flush()
+        end = self._module_flow
+        surely_deleted = end.deleted - self.unsettled
+        surely_bound = end.bound - self.unsettled
+        return (
+            frozenset(self.inputs),
+            frozenset(self.ever_bound - surely_deleted),
+            frozenset(self.ever_deleted - surely_bound),
+        )
+
+    @property
+    def _module_flow(self) -> _Flow:
+        flow = self._stack[0].flow
+        assert flow is not None
+        return flow
+
+    # ------------------------------------------------------------ flow helpers
+
+    def _snapshot(self) -> _Snapshot:
+        return [f.flow.copy() if f.flow is not None else None for f in self._stack]
+
+    def _restore(self, snap: _Snapshot) -> None:
+        for frame, flow in zip(self._stack, snap, strict=False):
+            frame.flow = flow.copy() if flow is not None else None
+
+    def _record(self, idx: int, name: str) -> None:
+        for recorder in self._recorders:
+            recorder.add((idx, name))
+
+    def _recorded(self, nodes: Iterable[ast.AST]) -> set[_Event]:
+        events: set[_Event] = set()
+        self._recorders.append(events)
+        try:
+            for node in nodes:
+                self.visit(node)
+        finally:
+            self._recorders.pop()
+        return events
+
+    def _visit_all(self, nodes: Iterable[ast.AST]) -> None:
+        for node in nodes:
+            self.visit(node)
+
+    def _visit_conditional(self, nodes: Iterable[ast.AST]) -> None:
+        self._conditional += 1
+        try:
+            self._visit_all(nodes)
+        finally:
+            self._conditional -= 1
+
+    # --------------------------------------------------------- name resolution
+
+    def _global_load(self, name: str) -> None:
+        if self._function_depth:
+            self._pending.add(name)
+        elif name not in self._module_flow.touched and not _ignored(name):
+            self.inputs.add(name)
+
+    def _flush(self) -> None:
+        if self._function_depth or self._class_depth:
+            return
+        touched = self._module_flow.touched
+        self.inputs.update(n for n in self._pending if n not in touched and not _ignored(n))
+        self._pending.clear()
+
+    def _load(self, name: str) -> None:
+        top = len(self._stack) - 1
+        frame = self._stack[top]
+        if frame.kind == "module" or name in frame.globals:
+            self._global_load(name)
+            return
+        if name in frame.nonlocals:
+            return
+        if frame.kind == "class":
+            # Class bodies look names up in the class namespace first, then fall
+            # through to globals, so only a definite earlier binding is local.
+            assert frame.flow is not None
+            if name in frame.flow.bound:
+                return
+        elif name in frame.local:
+            return
+        for outer in reversed(self._stack[:top]):
+            if outer.kind == "module" or name in outer.globals:
+                break
+            if outer.kind == "class":
+                continue  # class scopes are invisible to nested scopes
+            if name in outer.local or name in outer.nonlocals:
+                return
+        self._global_load(name)
+
+    def _store(self, name: str, mode: _StoreMode = "bind", idx: int | None = None) -> None:
+        idx = len(self._stack) - 1 if idx is None else idx
+        frame = self._stack[idx]
+        if frame.kind == "module":
+            self._module_store(name, mode)
+        elif name in frame.globals:
+            self._global_store(name, mode)
+        elif frame.kind == "class" and name not in frame.nonlocals:
+            assert frame.flow is not None
+            if mode != "maybe":
+                frame.flow.bound.add(name)
+                frame.flow.deleted.discard(name)
+            self._record(idx, name)
+
+    def _global_store(self, name: str, mode: _StoreMode) -> None:
+        if self._function_depth:
+            if mode != "handler":
+                self.ever_bound.add(name)
+            self.unsettled.add(name)
+        else:
+            self._module_store(name, mode)
+
+    def _module_store(self, name: str, mode: _StoreMode) -> None:
+        flow = self._module_flow
+        if mode != "handler":
+            self.ever_bound.add(name)
+        if mode != "maybe":
+            flow.touched.add(name)
+            flow.bound.add(name)
+        flow.deleted.discard(name)
+        self._record(0, name)
+
+    def _unbind_handler_name(self, name: str) -> None:
+        # ``except E as e`` ends with an implicit ``del e``. We report the name as
+        # neither output nor deleted; it just stops being definitely bound.
+        idx = len(self._stack) - 1
+        frame = self._stack[idx]
+        if frame.kind != "module" and name not in frame.globals:
+            if frame.kind == "class" and name not in frame.nonlocals:
+                assert frame.flow is not None
+                frame.flow.bound.discard(name)
+                self._record(idx, name)
+            return
+        if self._function_depth:
+            self.unsettled.add(name)
+            return
+        self._module_flow.bound.discard(name)
+        self._record(0, name)
+
+    def _delete(self, name: str) -> None:
+        idx = len(self._stack) - 1
+        frame = self._stack[idx]
+        if frame.kind != "module" and name not in frame.globals:
+            if frame.kind == "class" and name not in frame.nonlocals:
+                assert frame.flow is not None
+                frame.flow.bound.discard(name)
+                self._record(idx, name)
+            return
+        # Deleting a name the cell has not bound yet needs its pre-cell value.
+        self._global_load(name)
+        if self._function_depth:
+            # Spec: ``deleted`` only lists module-level ``del``; a function that
+            # deletes a global just makes the name's final state unknown.
+            self.unsettled.add(name)
+            return
+        flow = self._module_flow
+        flow.touched.add(name)
+        flow.bound.discard(name)
+        flow.deleted.add(name)
+        self.ever_deleted.add(name)
+        self._record(0, name)
+
+    # ----------------------------------------------------------------- scopes
+
+    def _push(self, frame: _Frame) -> None:
+        self._stack.append(frame)
+        if frame.kind == "function":
+            self._function_depth += 1
+        elif frame.kind == "class":
+            self._class_depth += 1
+
+    def _pop(self) -> None:
+        frame = self._stack.pop()
+        if frame.kind == "function":
+            self._function_depth -= 1
+        elif frame.kind == "class":
+            self._class_depth -= 1
+
+    def _push_type_params(self, node: ast.AST) -> bool:
+        names = _type_param_names(node)
+        if not names:
+            return False
+        self._push(_Frame("comprehension", local=frozenset(names)))
+        for tp in getattr(node, "type_params", ()):
+            self.generic_visit(tp)
+        return True
+
+    def _function_frame(self, params: set[str], body: Sequence[ast.AST]) -> _Frame:
+        stores, globs, nonlocs = _scope_names(body)
+        local = (stores | params) - globs - nonlocs
+        return _Frame(
+            "function",
+            local=frozenset(local),
+            globals=frozenset(globs),
+            nonlocals=frozenset(nonlocs),
+        )
+
+    def _visit_function(self, node: _FunctionNode) -> None:
+        args = node.args
+        self._visit_all(node.decorator_list)
+        self._visit_all(args.defaults)
+        self._visit_all(d for d in args.kw_defaults if d is not None)
+        scoped = self._push_type_params(node)
+        self._visit_all(_annotations(node))
+        if scoped:
+            self._pop()
+        self._store(node.name)
+        scoped = self._push_type_params(node)
+        self._push(self._function_frame(_param_names(args), node.body))
+        self._visit_all(node.body)
+        self._pop()
+        if scoped:
+            self._pop()
+        self._flush()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._visit_function(node)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._visit_function(node)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        args = node.args
+        self._visit_all(args.defaults)
+        self._visit_all(d for d in args.kw_defaults if d is not None)
+        self._push(self._function_frame(_param_names(args), [node.body]))
+        self.visit(node.body)
+        self._pop()
+        self._flush()
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._visit_all(node.decorator_list)
+        scoped = self._push_type_params(node)
+        self._visit_all(node.bases)
+        self._visit_all(node.keywords)
+        _, globs, nonlocs = _scope_names(node.body)
+        flow = _Flow(bound=set(_CLASS_IMPLICIT))
+        self._push(
+            _Frame("class", flow=flow, globals=frozenset(globs), nonlocals=frozenset(nonlocs))
+        )
+        self._visit_all(node.body)
+        self._pop()
+        if scoped:
+            self._pop()
+        self._store(node.name)
+        self._flush()
+
+    def visit_TypeAlias(self, node: Any) -> None:
+        self._store(node.name.id)
+        scoped = self._push_type_params(node)
+        self.visit(node.value)
+        if scoped:
+            self._pop()
+
+    def _visit_comprehension(self, node: _ComprehensionNode, parts: Sequence[ast.AST]) -> None:
+        generators = node.generators
+        # The first iterable is evaluated in the enclosing scope, before the
+        # comprehension's own scope exists.
+        self.visit(generators[0].iter)
+        targets: set[str] = set()
+        for gen in generators:
+            targets.update(
+                n.id
+                for n in ast.walk(gen.target)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            )
+        self._push(_Frame("comprehension", local=frozenset(targets)))
+        for i, gen in enumerate(generators):
+            if i:
+                self.visit(gen.iter)
+            self.visit(gen.target)
+            self._visit_all(gen.ifs)
+        self._visit_all(parts)
+        self._pop()
+
+    def visit_ListComp(self, node: ast.ListComp) -> None:
+        self._visit_comprehension(node, [node.elt])
+
+    def visit_SetComp(self, node: ast.SetComp) -> None:
+        self._visit_comprehension(node, [node.elt])
+
+    def visit_GeneratorExp(self, node: ast.GeneratorExp) -> None:
+        self._visit_comprehension(node, [node.elt])
+
+    def visit_DictComp(self, node: ast.DictComp) -> None:
+        self._visit_comprehension(node, [node.key, node.value])
+
+    # ------------------------------------------------------------ expressions
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self._load(node.id)
+        elif isinstance(node.ctx, ast.Store):
+            self._store(node.id)
+        else:
+            self._delete(node.id)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.visit(node.value)
+        idx = len(self._stack) - 1
+        while self._stack[idx].kind == "comprehension" and idx > 0:
+            idx -= 1
+        # A walrus behind ``and``/``or``/``if-else`` may not run at all.
+        mode: _StoreMode = "maybe" if self._conditional else "bind"
+        self._store(node.target.id, mode, idx)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        self.visit(node.values[0])
+        self._visit_conditional(node.values[1:])
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self.visit(node.test)
+        self._visit_conditional([node.body, node.orelse])
+
+    # ------------------------------------------------------- simple statements
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.visit(node.value)
+        self._visit_all(node.targets)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        target = node.target
+        if isinstance(target, ast.Name):
+            self._load(target.id)
+            self.visit(node.value)
+            self._store(target.id)
+        else:
+            self.visit(target)
+            self.visit(node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        target = node.target
+        if node.value is not None:
+            self.visit(node.value)
+            self.visit(target)
+        elif not isinstance(target, ast.Name):
+            self.visit(target)  # ``obj.attr: T`` still evaluates ``obj``
+        self.visit(node.annotation)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._store(_import_binding(alias))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            # ``from m import *`` binds names we cannot know statically; later
+            # reads of them are reported as inputs, which is merely conservative.
+            if alias.name != "*":
+                self._store(_import_binding(alias))
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        self.visit(node.test)
+        if node.msg is not None:
+            self._visit_conditional([node.msg])
+
+    # ---------------------------------------------------- compound statements
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        start = self._snapshot()
+        self._visit_all(node.body)
+        taken = self._snapshot()
+        self._restore(start)
+        self._visit_all(node.orelse)
+        self._restore(_merge([taken, self._snapshot()]))
+
+    def _visit_loop(self, head: Sequence[ast.AST], body: Sequence[ast.AST]) -> None:
+        start = self._snapshot()
+        events = self._recorded([*head, *body])
+        # Zero or more iterations, possibly left by ``break``.
+        after = _havoc(start, events)
+        self._restore(after)
+
+    def _visit_loop_else(self, orelse: Sequence[ast.AST]) -> None:
+        if not orelse:
+            return
+        after = self._snapshot()
+        self._visit_all(orelse)
+        self._restore(_merge([after, self._snapshot()]))
+
+    def visit_For(self, node: ast.For) -> None:
+        self.visit(node.iter)
+        self._visit_loop([node.target], node.body)
+        self._visit_loop_else(node.orelse)
+
+    def visit_AsyncFor(self, node: ast.AsyncFor) -> None:
+        self.visit(node.iter)
+        self._visit_loop([node.target], node.body)
+        self._visit_loop_else(node.orelse)
+
+    def visit_While(self, node: ast.While) -> None:
+        self.visit(node.test)
+        self._visit_loop([], [*node.body, node.test])
+        self._visit_loop_else(node.orelse)
+
+    def _visit_with(self, node: ast.With | ast.AsyncWith) -> None:
+        # The body is treated as straight-line code: a context manager that
+        # swallows exceptions is rare, and assuming it would make every value
+        # computed under ``with open(...)`` look conditionally bound.
+        for item in node.items:
+            self.visit(item.context_expr)
+            if item.optional_vars is not None:
+                self.visit(item.optional_vars)
+        self._visit_all(node.body)
+
+    def visit_With(self, node: ast.With) -> None:
+        self._visit_with(node)
+
+    def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
+        self._visit_with(node)
+
+    def _visit_try(self, node: ast.Try | Any) -> None:
+        start = self._snapshot()
+        events = self._recorded(node.body)
+        self._visit_all(node.orelse)
+        ends = [self._snapshot()]
+        # A handler can start after any prefix of the body has run.
+        entry = _havoc(start, events)
+        for handler in node.handlers:
+            self._restore(entry)
+            if handler.type is not None:
+                self.visit(handler.type)
+            if handler.name is not None:
+                self._store(handler.name, "handler")
+            self._visit_all(handler.body)
+            if handler.name is not None:
+                self._unbind_handler_name(handler.name)
+            ends.append(self._snapshot())
+        self._restore(_merge(ends))
+        self._visit_all(node.finalbody)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        self._visit_try(node)
+
+    def visit_TryStar(self, node: Any) -> None:
+        self._visit_try(node)
+
+    def visit_Match(self, node: ast.Match) -> None:
+        self.visit(node.subject)
+        unmatched = self._snapshot()
+        ends: list[_Snapshot] = []
+        exhaustive = False
+        for case in node.cases:
+            self._restore(unmatched)
+            head: list[ast.AST] = [case.pattern]
+            if case.guard is not None:
+                head.append(case.guard)
+            events = self._recorded(head)
+            matched = self._snapshot()
+            # A failed pattern may still have bound some of its captures.
+            unmatched = _havoc(unmatched, events)
+            self._restore(matched)
+            self._visit_all(case.body)
+            ends.append(self._snapshot())
+            exhaustive = exhaustive or _irrefutable(case)
+        if not exhaustive:
+            ends.append(unmatched)
+        self._restore(_merge(ends))
+
+    # --------------------------------------------------------------- patterns
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> None:
+        if node.pattern is not None:
+            self.visit(node.pattern)
+        if node.name is not None:
+            self._store(node.name)
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> None:
+        if node.name is not None:
+            self._store(node.name)
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
+        self._visit_all(node.keys)
+        self._visit_all(node.patterns)
+        if node.rest is not None:
+            self._store(node.rest)
+
+
+def _parse(source: str) -> ast.Module:
+    try:
+        with warnings.catch_warnings():
+            # Invalid escapes and the like are the kernel's business to report.
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source, "<cell>", "exec")
+            # The full compile also catches scope errors the parser lets through
+            # (``break`` outside a loop, misplaced ``nonlocal``...); IPython allows
+            # top-level ``await``, so we do too.
+            compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except SyntaxError as exc:
+        raise AnalysisError(f"line {exc.lineno or 1}: {exc.msg}") from exc
+    except ValueError as exc:  # null bytes, on Python < 3.12
+        line = source.count("\n", 0, max(source.find("\0"), 0)) + 1
+        raise AnalysisError(f"line {line}: {exc}") from exc
+    except (RecursionError, MemoryError) as exc:
+        raise AnalysisError("line 1: code is too deeply nested to analyse") from exc
+    return tree
+
+
+@lru_cache(maxsize=512)
+def _analyze_cached(source: str) -> CellAnalysis:
+    tree = _parse(source)
+    analyzer = _Analyzer()
+    try:
+        analyzer.visit(tree)
+    except RecursionError as exc:
+        raise AnalysisError("line 1: code is too deeply nested to analyse") from exc
+    inputs, outputs, deleted = analyzer.result()
+    normalized = ast.dump(tree, annotate_fields=True, include_attributes=False)
+    return CellAnalysis(inputs, outputs, deleted, normalized)
+
+
+def analyze(source: str) -> CellAnalysis:
+    """Find the globals a cell reads before binding them, binds, and deletes.
+
+    Raises :class:`AnalysisError` (a ``ValueError``) when ``source`` does not compile.
+
+    >>> a = analyze("y = x + 1\\nz = y * 2")
+    >>> sorted(a.inputs), sorted(a.outputs), sorted(a.deleted)
+    (['x'], ['y', 'z'], [])
+    >>> analyze("y = x + 1").inputs
+    frozenset({'x'})
+    >>> analyze("def f():\\n    return scale * 2").inputs
+    frozenset({'scale'})
+    >>> analyze("tmp = 1\\ndel tmp").deleted
+    frozenset({'tmp'})
+    """
+    return _analyze_cached(source)
+
+
+def normalize_source(source: str) -> str:
+    """Render ``source`` so that comments, blank lines and layout do not matter.
+
+    Equal to ``analyze(source).normalized``.
+
+    >>> normalize_source("x = (1 + 2)  # sum") == normalize_source("x=1+2")
+    True
+    >>> normalize_source("x = 1") == normalize_source("x = 2")
+    False
+    """
+    return analyze(source).normalized

@@ -1,0 +1,86 @@
+"""Drive a real IPython kernel through jupyter_client, as a notebook frontend does."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+
+@dataclass
+class CellOutput:
+    """What a frontend received for one executed cell."""
+
+    status: str
+    stdout: str = ""
+    stderr: str = ""
+    displays: list[dict[str, Any]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+class Kernel:
+    """A real kernel process in *cwd* with its own environment.
+
+    >>> with Kernel(tmp_path, env) as k:  # doctest: +SKIP
+    ...     k.run("1 + 1").result["text/plain"]
+    '2'
+    """
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        self.cwd = cwd
+        self.env = env
+
+    def __enter__(self) -> Kernel:
+        self.manager.start_kernel(cwd=str(self.cwd), env=self.env)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=120)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+    @property
+    def pid(self) -> int:
+        provisioner = self.manager.provisioner
+        assert provisioner is not None
+        process = getattr(provisioner, "process", None)
+        assert process is not None
+        return int(process.pid)
+
+    def run(self, code: str, timeout: float = 300) -> CellOutput:
+        """Execute *code* and collect everything the kernel sent back for it."""
+        out = CellOutput(status="")
+
+        def hook(msg: dict[str, Any]) -> None:
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    out.stdout += content["text"]
+                else:
+                    out.stderr += content["text"]
+            elif kind == "display_data":
+                out.displays.append(content["data"])
+            elif kind == "execute_result":
+                out.result = content["data"]
+            elif kind == "error":
+                out.error = content
+
+        reply = self.client.execute_interactive(code, output_hook=hook, timeout=timeout)
+        out.status = reply["content"]["status"]
+        return out
+
+
+def kernel_env(tmp_path: Path) -> dict[str, str]:
+    """The test's key directory and store, for a kernel process."""
+    env = dict(os.environ)
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")
+    env["IPY_RESUME_DIR"] = str(tmp_path / "store")
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
