@@ -769,6 +769,10 @@ class _Analyzer(ast.NodeVisitor):
 
 
 def _parse(source: str) -> ast.Module:
+    if "\0" in source:
+        # The parser rejects these without a usable line number.
+        line = source.count("\n", 0, source.index("\0")) + 1
+        raise AnalysisError(f"line {line}: source code cannot contain null bytes")
     try:
         with warnings.catch_warnings():
             # Invalid escapes and the like are the kernel's business to report.
@@ -780,9 +784,6 @@ def _parse(source: str) -> ast.Module:
             compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except SyntaxError as exc:
         raise AnalysisError(f"line {exc.lineno or 1}: {exc.msg}") from exc
-    except ValueError as exc:  # null bytes, on Python < 3.12
-        line = source.count("\n", 0, max(source.find("\0"), 0)) + 1
-        raise AnalysisError(f"line {line}: {exc}") from exc
     except (RecursionError, MemoryError) as exc:
         raise AnalysisError("line 1: code is too deeply nested to analyse") from exc
     return tree

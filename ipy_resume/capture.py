@@ -90,8 +90,8 @@ def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
     'hi\\n'
     """
     saved = sys.stdout, sys.stderr
-    sys.stdout = StreamTee(saved[0], "stdout", record)  # type: ignore[assignment]
-    sys.stderr = StreamTee(saved[1], "stderr", record)  # type: ignore[assignment]
+    sys.stdout = StreamTee(saved[0], "stdout", record)
+    sys.stderr = StreamTee(saved[1], "stderr", record)
     try:
         yield record
     finally:

@@ -9,6 +9,7 @@ an IPython one, tests and the CLI a plain one.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import time
@@ -135,8 +136,9 @@ class Engine:
         """
         try:
             analysis = analyze(source)
-        except AnalysisError as exc:
-            return Plan(None, None, {}, {}, None, problem=f"the cell does not parse ({exc})")
+        except AnalysisError:
+            # Executing raises the SyntaxError with IPython's usual display.
+            return Plan(None, None, {}, {}, None)
         seed = None if opts.no_seed else opts.seed
         if seed is None and not opts.no_seed:
             seed = rng.derive_seed(self.store.seed_base, opts.cell_id)
@@ -178,9 +180,14 @@ class Engine:
 
         Returns the cell's result value (None when it has none).
         """
-        plan = self.plan(namespace, source, opts)
+        __tracebackhide__ = True
+        try:
+            plan = self.plan(namespace, source, opts)
+        except (StoreError, OSError) as exc:
+            problem = f"the store {self.store.root} cannot be used ({exc})"
+            plan = Plan(None, None, {}, {}, opts.seed, problem=problem)
         if plan.key is None:
-            if plan.problem and plan.analysis is not None:
+            if plan.problem:
                 host.message(f"{PREFIX}'{opts.cell_id}' will always execute: {plan.problem}")
             self._seed(plan)
             result = host.run()
@@ -223,7 +230,7 @@ class Engine:
 
         # Everything is loaded and verified before the namespace is touched, so a failure
         # above never leaves a half-restored kernel.
-        files: dict[str, bytes] = extras.get("files", {})
+        files: dict[str, bytes] = dict(extras.get("files") or {})  # type: ignore[call-overload]
         try:
             for path, content in files.items():
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -241,8 +248,9 @@ class Engine:
         record = extras.get("outputs")
         if isinstance(record, OutputRecord):
             host.replay(record)
-        if "rng" in extras:
-            rng.restore(extras["rng"])
+        rng_state = extras.get("rng")
+        if isinstance(rng_state, dict):
+            rng.restore(rng_state)
         elapsed = time.perf_counter() - started
         duration = float(manifest.info.get("duration", 0.0))
         if not opts.quiet:
@@ -262,6 +270,7 @@ class Engine:
         opts: CheckpointOptions,
         host: Host,
     ) -> Any:
+        __tracebackhide__ = True
         assert plan.key is not None and plan.analysis is not None
         before = set(namespace)
         self._seed(plan)
@@ -288,6 +297,7 @@ class Engine:
             "key_parts": plan.parts,
             "inputs": sorted(plan.input_digests),
             "outputs": sorted(names),
+            "names": {name: summarize(value) for name, value in values.items()},
             "mutated": sorted(mutated),
             "deleted": sorted(deleted),
             "duration": duration,
@@ -361,7 +371,11 @@ class Engine:
         bound = set(plan.analysis.outputs) | set(mutated)
         if opts.outputs is not None:
             bound = set(opts.outputs)
-        names = sorted(name for name in bound if name in namespace)
+        # A file closed by ``with open(...) as fh`` is spent: storing it could only fail and
+        # mark the checkpoint incomplete, so it is left out.
+        names = sorted(
+            name for name in bound if name in namespace and not _is_closed_file(namespace[name])
+        )
         candidates = set(plan.analysis.deleted) | (set(plan.analysis.outputs) & before)
         deleted = sorted(name for name in candidates if name not in namespace)
         return names, deleted, mutated
@@ -422,6 +436,34 @@ def describe_differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
         else:
             out.append(f"{labels.get(part, part)} changed")
     return out
+
+
+def summarize(value: Any) -> dict[str, Any]:
+    """Type, shape and size of a value, for ``show`` and the timeline.
+
+    >>> summarize([1, 2])
+    {'type': 'list', 'len': 2}
+    """
+    summary: dict[str, Any] = {"type": type(value).__qualname__}
+    module = type(value).__module__
+    if module not in ("builtins", "__main__"):
+        summary["type"] = f"{module.split('.')[0]}.{type(value).__qualname__}"
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+        summary["shape"] = list(shape)
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and not callable(dtype):
+        summary["dtype"] = str(dtype)
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int):
+        summary["bytes"] = nbytes
+    elif isinstance(value, (list, tuple, dict, set, frozenset, str, bytes)):
+        summary["len"] = len(value)
+    return summary
+
+
+def _is_closed_file(value: Any) -> bool:
+    return isinstance(value, io.IOBase) and value.closed
 
 
 def _file_digest(path: Path) -> str:

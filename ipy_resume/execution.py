@@ -39,8 +39,10 @@ def compile_cell(source: str, filename: str = "<cell>", flags: int = 0) -> Compi
     """
     tree = ast.parse(source, filename=filename, mode="exec")
     last: ast.Expression | None = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_with_semicolon(source):
-        last = ast.Expression(tree.body.pop().value)
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr) and not _ends_with_semicolon(source):
+        tree.body.pop()
+        last = ast.Expression(final.value)
     body = compile(tree, filename, "exec", flags=flags, dont_inherit=True)
     tail = None
     if last is not None:

@@ -89,8 +89,8 @@ def _tee_display(shell: InteractiveShell, record: OutputRecord) -> Iterator[None
         record.add_clear(wait)
         return original_clear(wait)
 
-    publisher.publish = publish
-    publisher.clear_output = clear_output
+    publisher.publish = publish  # type: ignore[method-assign]
+    publisher.clear_output = clear_output  # type: ignore[method-assign]
     try:
         yield
     finally:
@@ -213,7 +213,16 @@ class CheckpointMagics(Magics):
         assert self.shell is not None
         source = self.shell.transform_cell(cell)
         host = IPythonHost(self.shell, source)
-        return self.engine().run(self.shell.user_ns, source, opts, host)
+        try:
+            engine = self.engine()
+        except (StoreError, OSError) as exc:
+            host.message(
+                f"ipy_resume: cannot open the checkpoint store ({exc}); "
+                f"'{opts.cell_id}' runs without a checkpoint."
+            )
+            result = host.run()
+            return result.value if result.has_value else None
+        return engine.run(self.shell.user_ns, source, opts, host)
 
     def _line(self, line: str) -> None:
         try:

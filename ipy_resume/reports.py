@@ -64,8 +64,9 @@ def describe(manifest: Manifest) -> dict[str, Any]:
     >>> describe(m)["id"]  # doctest: +SKIP
     '0190ab3f2a9c1d2e'
     """
+    summaries = manifest.info.get("names", {})
     names = {
-        name: {k: v for k, v in ref.items() if k in ("kind", "dtype", "shape", "size")}
+        name: {**summaries.get(name, {}), "stored_as": ref.kind, "stored_bytes": ref.size}
         for name, ref in manifest.values.items()
     }
     return {
@@ -101,7 +102,8 @@ def table(manifests: Sequence[Manifest]) -> str:
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
     )
 
 

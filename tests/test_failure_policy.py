@@ -100,6 +100,7 @@ def test_failed_save_keeps_values_and_says_so(
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError(code, "injected failure")
 
+    shell.run_cell("%%checkpoint warmup\nw = 1")  # key and store exist; the save itself fails
     monkeypatch.setattr(fsio, "_fsync", broken)
     result = shell.run_cell("%%checkpoint full\nimport numpy as np\nkept = np.arange(100_000)\n")
     assert result.success
@@ -107,3 +108,18 @@ def test_failed_save_keeps_values_and_says_so(
     err = capsys.readouterr().err
     assert "could not save checkpoint 'full'" in err and "still in the kernel" in err
     assert err.count("\n") <= 2
+
+
+def test_unusable_store_still_runs_the_cell(
+    shell: InteractiveShell,
+    isolated: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    blocker = isolated / "not-a-folder"
+    blocker.write_text("a file where the store should be")
+    monkeypatch.setenv("IPY_RESUME_DIR", str(blocker / "store"))
+    result = shell.run_cell("%%checkpoint nowhere\nvalue = 41 + 1\nvalue")
+    assert result.success and result.result == 42 and shell.user_ns["value"] == 42
+    err = capsys.readouterr().err
+    assert "'nowhere'" in err and "cannot be used" in err

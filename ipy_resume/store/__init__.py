@@ -1,0 +1,40 @@
+"""Durable, signed, content-addressed checkpoint storage.
+
+``Store`` is the façade the engine uses; see :mod:`ipy_resume.store.store`.
+Every error raised for a store problem is a :class:`StoreError` whose message
+is one line saying what, where and how to recover.
+"""
+
+from __future__ import annotations
+
+from ipy_resume.store.fsio import (
+    CorruptBlob,
+    FormatTooNew,
+    ManifestError,
+    MissingBlob,
+    SaveError,
+    StoreError,
+    Untrusted,
+)
+from ipy_resume.store.manifest import FORMAT_VERSION, BlobRef, Manifest
+from ipy_resume.store.signing import KeyFileError, default_key_path, load_or_create_key
+from ipy_resume.store.store import DecodeError, SaveResult, Store
+
+__all__ = [
+    "FORMAT_VERSION",
+    "BlobRef",
+    "CorruptBlob",
+    "DecodeError",
+    "FormatTooNew",
+    "KeyFileError",
+    "Manifest",
+    "ManifestError",
+    "MissingBlob",
+    "SaveError",
+    "SaveResult",
+    "Store",
+    "StoreError",
+    "Untrusted",
+    "default_key_path",
+    "load_or_create_key",
+]

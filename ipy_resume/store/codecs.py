@@ -1,0 +1,356 @@
+"""Encoding of values: HDF5 files for top-level arrays, pickle protocol 5 for the rest.
+
+Arrays
+------
+A top-level :class:`numpy.ndarray` (exact type, no object fields, at least
+:data:`ARRAY_BLOB_MIN` bytes, a dtype HDF5 can describe) becomes one HDF5 file
+with a single contiguous, uncompressed dataset ``data``.  h5py only lays out
+the file: :func:`plan_array` builds a *skeleton* in memory (the dataset is
+allocated early, its fill value is never written, timestamps are off, and the
+data is aligned to 4096 bytes), keeps the bytes before the data (*head*) and
+after it (*tail*), and the caller writes ``head | array bytes | tail`` itself,
+straight from the array's memory.  Equal arrays therefore give byte-identical
+files.  The result is an ordinary HDF5 file that h5py reads.
+
+* C-contiguous arrays are written as they are.
+* F-contiguous arrays are written as their transpose (a C-contiguous view, no
+  copy); the dataset has the reversed shape and an attribute ``order = "F"``,
+  and :func:`decode_array` transposes back, giving an F-contiguous array.
+* Other strided arrays are copied with :func:`numpy.ascontiguousarray`.
+* ``datetime64``/``timedelta64`` are stored as HDF5 opaque types tagged with
+  the numpy dtype (h5py reads them back as such).  Dtypes HDF5 cannot hold
+  (unicode strings, nested datetimes, ...) take the pickle route.
+
+Loading needs no h5py: the manifest records the data offset, dtype, shape and
+order, and :func:`decode_array` returns a view into the (already verified)
+file buffer.
+
+Pickles
+-------
+:func:`pickle_value` runs ``cloudpickle.dumps(protocol=5)``; out-of-band
+buffers of at least :data:`OOB_MIN` bytes are returned separately (the store
+writes them as raw blobs), smaller ones stay in the stream.
+:func:`unpickle_value` is the only way the store unpickles; it calls
+:func:`_unpickle`, which tests patch to prove that no unverified byte reaches
+the unpickler.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import pickle
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+__all__ = [
+    "ARRAY_BLOB_MIN",
+    "DATA_ALIGNMENT",
+    "OOB_MIN",
+    "ArrayPlan",
+    "EncodeError",
+    "Pickled",
+    "decode_array",
+    "dtype_from_json",
+    "dtype_to_json",
+    "pickle_value",
+    "plan_array",
+    "unpickle_value",
+]
+
+ARRAY_BLOB_MIN = 64 * 1024
+"""Top-level arrays at least this large get their own HDF5 blob."""
+OOB_MIN = 64 * 1024
+"""Out-of-band pickle buffers at least this large become raw blobs."""
+DATA_ALIGNMENT = 4096
+"""File offset alignment of an HDF5 blob's data."""
+_DATASET = "data"
+
+
+class EncodeError(Exception):
+    """A value cannot be serialised; the message is a one-line reason."""
+
+
+# ---------------------------------------------------------------------------
+# dtype <-> JSON
+
+
+def _descr_to_json(descr: Any) -> Any:
+    if isinstance(descr, str):
+        return descr
+    out = []
+    for field in descr:
+        name, sub, *shape = field
+        item: list[Any] = [list(name) if isinstance(name, tuple) else name, _descr_to_json(sub)]
+        if shape:
+            item.append(list(shape[0]))
+        out.append(item)
+    return out
+
+
+def _descr_from_json(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return obj
+    if not isinstance(obj, list):
+        raise ValueError(f"bad dtype description {obj!r}")
+    fields: list[tuple[Any, ...]] = []
+    for item in obj:
+        if not isinstance(item, list) or len(item) not in (2, 3):
+            raise ValueError(f"bad dtype field {item!r}")
+        name = tuple(item[0]) if isinstance(item[0], list) else item[0]
+        field: tuple[Any, ...] = (name, _descr_from_json(item[1]))
+        if len(item) == 3:
+            field += (tuple(item[2]),)
+        fields.append(field)
+    return fields
+
+
+def dtype_to_json(dtype: np.dtype[Any]) -> Any:
+    """A JSON form of *dtype* (numpy's ``.npy`` header description)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # metadata is dropped; callers check the round trip
+        return _descr_to_json(np.lib.format.dtype_to_descr(dtype))
+
+
+def dtype_from_json(obj: Any) -> np.dtype[Any]:
+    """Inverse of :func:`dtype_to_json`; raises ValueError on a malformed description."""
+    try:
+        return np.lib.format.descr_to_dtype(_descr_from_json(obj))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"bad dtype description {obj!r}: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------
+# arrays as HDF5
+
+
+@dataclass(frozen=True)
+class ArrayPlan:
+    """How to write one array as an HDF5 file: ``head | data | tail``."""
+
+    head: bytes
+    data: memoryview  # format "B", C-contiguous, a view of the array when possible
+    tail: bytes
+    offset: int  # file offset of the data (== len(head))
+    dtype: Any  # JSON form of the dtype
+    shape: tuple[int, ...]  # shape of the original array
+    order: str  # "C" or "F"
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + self.data.nbytes + len(self.tail)
+
+    def chunks(self) -> tuple[Any, ...]:
+        return (self.head, self.data, self.tail)
+
+
+class _SparseFile(io.RawIOBase):
+    """An in-memory file that records writes and reads holes as zeros.
+
+    h5py writes the skeleton into it; the unwritten dataset region costs nothing.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[int, bytes]] = []
+        self.pos = 0
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = base + pos
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def write(self, b: Any) -> int:
+        data = bytes(b)
+        self.writes.append((self.pos, data))
+        self.pos += len(data)
+        self.size = max(self.size, self.pos)
+        return len(data)
+
+    def truncate(self, size: int | None = None) -> int:
+        self.size = self.pos if size is None else size
+        return self.size
+
+    def readinto(self, b: Any) -> int:
+        out = memoryview(b).cast("B")
+        n = max(0, min(len(out), self.size - self.pos))
+        out[:n] = self.extract(self.pos, self.pos + n)
+        self.pos += n
+        return n
+
+    def extract(self, start: int, stop: int) -> bytes:
+        buf = bytearray(stop - start)
+        for off, data in self.writes:  # later writes overlay earlier ones
+            lo, hi = max(off, start), min(off + len(data), stop)
+            if lo < hi:
+                buf[lo - start : hi - start] = data[lo - off : hi - off]
+        return bytes(buf)
+
+
+def _h5_type(dtype: np.dtype[Any]) -> Any:
+    import h5py
+
+    try:
+        return h5py.h5t.py_create(dtype, logical=True)
+    except TypeError:
+        if dtype.kind in "mM":
+            return h5py.h5t.py_create(h5py.opaque_dtype(dtype), logical=True)
+        raise
+
+
+@functools.lru_cache(maxsize=64)
+def _skeleton(
+    dtype: np.dtype[Any], shape: tuple[int, ...], fortran: bool
+) -> tuple[bytes, bytes, int]:
+    """(head, tail, data offset) of the HDF5 file holding an array of this type and shape."""
+    import h5py
+    from h5py import h5d, h5p, h5s
+
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    f = _SparseFile()
+    with h5py.File(
+        f,
+        "w",
+        libver="earliest",
+        alignment_threshold=ARRAY_BLOB_MIN,
+        alignment_interval=DATA_ALIGNMENT,
+    ) as h5:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_layout(h5d.CONTIGUOUS)
+        dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_time(h5d.FILL_TIME_NEVER)
+        dcpl.set_obj_track_times(False)
+        space = h5s.create_simple(shape) if shape else h5s.create(h5s.SCALAR)
+        dsid = h5d.create(h5.id, _DATASET.encode(), _h5_type(dtype), space, dcpl=dcpl)
+        if fortran:
+            h5py.Dataset(dsid).attrs["order"] = "F"
+        offset = dsid.get_offset()
+    if offset is None or any(
+        off < offset + nbytes and off + len(d) > offset for off, d in f.writes
+    ):
+        raise RuntimeError("HDF5 skeleton has metadata inside the data region")
+    return f.extract(0, offset), f.extract(offset + nbytes, f.size), offset
+
+
+def array_blob_eligible(value: object) -> bool:
+    """True when *value* is a top-level array large enough for its own HDF5 blob."""
+    return (
+        type(value) is np.ndarray
+        and not value.dtype.hasobject
+        and value.dtype.itemsize > 0
+        and value.nbytes >= ARRAY_BLOB_MIN
+    )
+
+
+def plan_array(value: object) -> ArrayPlan | None:
+    """An :class:`ArrayPlan` for *value*, or None when it should be pickled instead."""
+    if not array_blob_eligible(value):
+        return None
+    assert isinstance(value, np.ndarray)
+    dtype = value.dtype
+    dtype_json = dtype_to_json(dtype)
+    try:
+        back = dtype_from_json(json.loads(json.dumps(dtype_json)))
+    except ValueError:
+        return None
+    if back != dtype or back.isalignedstruct != dtype.isalignedstruct or dtype.metadata:
+        return None  # the description loses something: let pickle keep it exactly
+    if value.flags.c_contiguous:
+        stored, order = value, "C"
+    elif value.flags.f_contiguous:
+        stored, order = value.T, "F"
+    else:
+        stored, order = np.ascontiguousarray(value), "C"
+    try:
+        head, tail, offset = _skeleton(dtype, tuple(int(n) for n in stored.shape), order == "F")
+    except Exception:  # HDF5 cannot describe this dtype: pickle it
+        return None
+    data = stored.reshape(-1).view(np.uint8).data
+    return ArrayPlan(
+        head=head,
+        data=data,
+        tail=tail,
+        offset=offset,
+        dtype=dtype_json,
+        shape=tuple(int(n) for n in value.shape),
+        order=order,
+    )
+
+
+def decode_array(
+    buffer: np.ndarray, offset: int, dtype: Any, shape: tuple[int, ...], order: str
+) -> np.ndarray:
+    """The array stored at *offset* of a verified HDF5 file *buffer* (a uint8 array): a view."""
+    dt = dtype_from_json(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    if offset < 0 or offset + count * dt.itemsize > buffer.nbytes:
+        raise ValueError("array data lies outside its file")
+    flat = np.frombuffer(buffer, dtype=dt, count=count, offset=offset)
+    if order == "F":
+        return flat.reshape(tuple(reversed(shape))).T
+    return flat.reshape(shape)
+
+
+# ---------------------------------------------------------------------------
+# pickles
+
+
+@dataclass
+class Pickled:
+    """A pickle stream plus its out-of-band buffers (in order)."""
+
+    stream: bytes
+    buffers: list[memoryview]
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def pickle_value(value: object) -> Pickled:
+    """Serialise *value*; raises :class:`EncodeError` with a one-line reason."""
+    buffers: list[memoryview] = []
+
+    def callback(buf: pickle.PickleBuffer) -> bool:
+        raw = buf.raw()
+        if raw.nbytes < OOB_MIN:
+            return True  # keep it in the stream
+        buffers.append(raw)
+        return False
+
+    try:
+        stream = cloudpickle.dumps(value, protocol=5, buffer_callback=callback)
+    except Exception as exc:
+        raise EncodeError(f"cannot be pickled ({_reason(exc)})") from exc
+    return Pickled(stream, buffers)
+
+
+def _unpickle(stream: Any, buffers: list[Any]) -> object:
+    """The single place where bytes reach the unpickler (tests patch it)."""
+    return pickle.loads(stream, buffers=buffers)
+
+
+def unpickle_value(stream: Any, buffers: list[Any]) -> object:
+    """Unpickle a stream whose bytes and buffers the caller has verified."""
+    return _unpickle(stream, buffers)

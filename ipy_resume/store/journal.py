@@ -1,0 +1,207 @@
+"""The timeline: an append-only journal of every execution and restore.
+
+SQLite in WAL mode gives what the journal needs and nothing it doesn't: each
+append is one transaction, a kernel killed mid-write leaves the last committed
+row intact, and several kernels can append to one store at once (SQLite's own
+locking, with a busy timeout). Manifests stay the source of truth for *what*
+is stored; the journal records *when* and *how* it was used.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+JOURNAL_FILE = "journal.sqlite"
+OUTCOMES = ("executed", "restored", "incomplete", "unsaved", "failed", "uncached")
+_BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id TEXT NOT NULL UNIQUE,
+    checkpoint_id TEXT,
+    cell_id TEXT NOT NULL,
+    key TEXT,
+    parent TEXT,
+    session TEXT NOT NULL,
+    started REAL NOT NULL,
+    created TEXT NOT NULL,
+    duration REAL NOT NULL DEFAULT 0,
+    saved REAL NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    names TEXT NOT NULL DEFAULT '[]',
+    outcome TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS events_by_cell ON events(cell_id, seq);
+CREATE INDEX IF NOT EXISTS events_by_session ON events(session, seq);
+"""
+
+
+@dataclass
+class Event:
+    """One row of the timeline.
+
+    ``duration`` is the run time for an execution and the restore time for a
+    restore; ``saved`` is the time a restore saved (run time minus restore time).
+
+    >>> Event(cell_id="train", session="s1", outcome="executed").outcome
+    'executed'
+    """
+
+    cell_id: str
+    session: str
+    outcome: str
+    checkpoint_id: str | None = None
+    key: str | None = None
+    parent: str | None = None
+    started: float = field(default_factory=time.time)
+    duration: float = 0.0
+    saved: float = 0.0
+    bytes: int = 0
+    names: list[str] = field(default_factory=list)
+    detail: str = ""
+    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    seq: int | None = None
+
+    @property
+    def created(self) -> str:
+        """ISO 8601 UTC time of ``started``, to the millisecond."""
+        moment = datetime.fromtimestamp(self.started, tz=timezone.utc)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict including ``created``."""
+        data = asdict(self)
+        data["created"] = self.created
+        return data
+
+
+class Journal:
+    """Append and query timeline events of one store.
+
+    >>> journal = Journal(Path("/tmp/doc-store"))  # doctest: +SKIP
+    >>> journal.append(Event(cell_id="train", session="s1", outcome="executed"))  # doctest: +SKIP
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.path = self.root / JOURNAL_FILE
+
+    @contextmanager
+    def _connect(self, create: bool) -> Iterator[sqlite3.Connection | None]:
+        if not create and not self.path.exists():
+            yield None
+            return
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+        with closing(conn):
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.executescript(_SCHEMA)
+            yield conn
+
+    def append(self, event: Event) -> Event:
+        """Commit *event* durably; returns it with ``seq`` filled in."""
+        with self._connect(create=True) as conn:
+            assert conn is not None
+            cursor = conn.execute(
+                "INSERT INTO events (event_id, checkpoint_id, cell_id, key, parent, session,"
+                " started, created, duration, saved, bytes, names, outcome, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event.event_id,
+                    event.checkpoint_id,
+                    event.cell_id,
+                    event.key,
+                    event.parent,
+                    event.session,
+                    event.started,
+                    event.created,
+                    event.duration,
+                    event.saved,
+                    event.bytes,
+                    json.dumps(sorted(event.names)),
+                    event.outcome,
+                    event.detail,
+                ),
+            )
+            event.seq = cursor.lastrowid
+        return event
+
+    def events(
+        self,
+        *,
+        cell_id: str | None = None,
+        session: str | None = None,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """Events oldest first, optionally filtered; ``after`` is a ``seq`` to page from."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if cell_id is not None:
+            clauses.append("cell_id = ?")
+            params.append(cell_id)
+        if session is not None:
+            clauses.append("session = ?")
+            params.append(session)
+        if after is not None:
+            clauses.append("seq > ?")
+            params.append(after)
+        sql = "SELECT * FROM events"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return []
+            conn.row_factory = sqlite3.Row
+            return [_row_to_event(row) for row in conn.execute(sql, params)]
+
+    def last(self, session: str | None = None) -> Event | None:
+        """The most recent event (of *session*, when given)."""
+        sql = "SELECT * FROM events"
+        params: Sequence[Any] = ()
+        if session is not None:
+            sql += " WHERE session = ?"
+            params = (session,)
+        sql += " ORDER BY seq DESC LIMIT 1"
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return None
+            conn.row_factory = sqlite3.Row
+            row = conn.execute(sql, params).fetchone()
+            return None if row is None else _row_to_event(row)
+
+
+def _row_to_event(row: sqlite3.Row) -> Event:
+    return Event(
+        cell_id=row["cell_id"],
+        session=row["session"],
+        outcome=row["outcome"],
+        checkpoint_id=row["checkpoint_id"],
+        key=row["key"],
+        parent=row["parent"],
+        started=row["started"],
+        duration=row["duration"],
+        saved=row["saved"],
+        bytes=row["bytes"],
+        names=list(json.loads(row["names"])),
+        detail=row["detail"],
+        event_id=row["event_id"],
+        seq=row["seq"],
+    )

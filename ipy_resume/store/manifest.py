@@ -1,0 +1,457 @@
+"""The manifest: the signed commit record of one checkpoint.
+
+A manifest is a JSON document (see :meth:`Manifest.to_json`) listing every
+blob of a checkpoint with its checksum, plus the versions it was written
+with.  Its ``signature`` is the HMAC-SHA256, under the user's key, of the
+canonical JSON (sorted keys, no whitespace, UTF-8, ``ensure_ascii=False``) of
+the document without the ``signature`` field.
+
+Reading (:func:`decode`) is strict about the order of checks: parse; a
+``format`` newer than :data:`FORMAT_VERSION` raises :class:`FormatTooNew`;
+then the signature is verified (missing or wrong: :class:`Untrusted`); only
+then is the content interpreted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import secrets
+import shlex
+import threading
+import time
+import unicodedata
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ipy_resume.store import blobs, fsio, signing
+from ipy_resume.store.fsio import FormatTooNew, ManifestError, Untrusted
+
+__all__ = [
+    "FORMAT_VERSION",
+    "BlobRef",
+    "Manifest",
+    "canonical_json",
+    "cell_dir",
+    "decode",
+    "encode",
+    "new_checkpoint_id",
+    "now_iso",
+    "read",
+    "resign",
+]
+
+FORMAT_VERSION = 1
+KINDS = ("hdf5", "pickle", "raw")
+_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def canonical_json(doc: Any) -> bytes:
+    """Sorted keys, no whitespace, UTF-8, no NaN/Infinity."""
+    return json.dumps(
+        doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def now_iso() -> str:
+    """The current time as ISO 8601 UTC with milliseconds, e.g. ``2026-05-09T07:35:25.123Z``."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+_id_lock = threading.Lock()
+_last_ms = 0
+
+
+def new_checkpoint_id() -> str:
+    """16 hex digits: 11 of the time in ms (so lexical order ≈ creation order) + 5 random.
+
+    Within one process ids are strictly time-ordered.  (11 digits are needed:
+    today's epoch milliseconds no longer fit in 10.)
+    """
+    global _last_ms
+    with _id_lock:
+        ms = max(time.time_ns() // 1_000_000, _last_ms + 1)
+        _last_ms = ms
+    return f"{ms:011x}{secrets.randbits(20):05x}"
+
+
+def cell_dir(cell_id: str) -> str:
+    """A filesystem-safe folder name for a CELL_ID: readable slug + 8 hex of its sha256."""
+    ascii_form = unicodedata.normalize("NFKD", cell_id).encode("ascii", "ignore").decode("ascii")
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", ascii_form).strip("-")[:40].strip("-") or "cell"
+    digest = hashlib.sha256(cell_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def describe(cell_id: object, checkpoint_id: object) -> str:
+    """``checkpoint 'train' (0190ab12…)`` for messages (safe on unverified input)."""
+    cell = " ".join(str(cell_id).split()) if isinstance(cell_id, str) else "?"
+    if len(cell) > 60:
+        cell = cell[:57] + "..."
+    ident = checkpoint_id[:10] if isinstance(checkpoint_id, str) else "?"
+    return f"checkpoint '{cell}' ({ident}…)"
+
+
+# ---------------------------------------------------------------------------
+# model
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def _get(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in doc:
+        raise _Malformed(f"field {key!r} is missing")
+    value = doc[key]
+    if isinstance(value, bool) and kind is int:
+        raise _Malformed(f"field {key!r} must be {kind.__name__}")
+    if not isinstance(value, kind):
+        name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise _Malformed(f"field {key!r} must be {name}")
+    return value
+
+
+def _nonneg(doc: Mapping[str, Any], key: str) -> int:
+    value: int = _get(doc, key, int)
+    if value < 0:
+        raise _Malformed(f"field {key!r} must not be negative")
+    return value
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """A reference from a manifest to (part of) a blob.
+
+    * ``kind="hdf5"``: an array file; ``offset`` of the data, ``dtype`` (JSON
+      form, see :func:`codecs.dtype_to_json`), ``shape``, ``order``.
+    * ``kind="pickle"``: a pickle stream at ``offset``/``length`` of the blob
+      (a pack, or a blob of its own), with its out-of-band ``buffers``.
+    * ``kind="raw"``: an out-of-band buffer, plain bytes.
+    """
+
+    kind: str
+    blob: str
+    algo: str
+    checksum: str
+    size: int
+    offset: int = 0
+    length: int | None = None
+    dtype: Any = None
+    shape: tuple[int, ...] | None = None
+    order: str | None = None
+    buffers: tuple[BlobRef, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "kind": self.kind,
+            "blob": self.blob,
+            "checksum": {"algo": self.algo, "hex": self.checksum},
+            "size": self.size,
+        }
+        if self.kind == "hdf5":
+            doc.update(offset=self.offset, dtype=self.dtype, shape=list(self.shape or ()))
+            doc["order"] = self.order
+        elif self.kind == "pickle":
+            doc.update(offset=self.offset, length=self.length)
+            doc["buffers"] = [b.to_json() for b in self.buffers]
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Any) -> BlobRef:
+        if not isinstance(doc, dict):
+            raise _Malformed("a blob reference must be an object")
+        kind = _get(doc, "kind", str)
+        if kind not in KINDS:
+            raise _Malformed(f"unknown blob kind {kind!r}")
+        checksum = _get(doc, "checksum", dict)
+        algo = _get(checksum, "algo", str)
+        hexdigest = _get(checksum, "hex", str)
+        expected_algo = blobs.SHA256 if kind == "pickle" else blobs.XXH3
+        if algo != expected_algo:
+            raise _Malformed(f"a {kind} blob must use {expected_algo}, not {algo!r}")
+        address = _get(doc, "blob", str)
+        if not blobs.valid_address(address, algo) or hexdigest != address:
+            raise _Malformed(f"bad blob address {address!r}")
+        size = _nonneg(doc, "size")
+        if kind == "hdf5":
+            offset = _nonneg(doc, "offset")
+            shape = _get(doc, "shape", list)
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+                raise _Malformed("bad array shape")
+            order = _get(doc, "order", str)
+            if order not in ("C", "F"):
+                raise _Malformed(f"bad array order {order!r}")
+            dtype = _get(doc, "dtype", (str, list))
+            return cls(
+                kind, address, algo, hexdigest, size, offset, None, dtype, tuple(shape), order
+            )
+        if kind == "pickle":
+            offset = _nonneg(doc, "offset")
+            length = _nonneg(doc, "length")
+            if offset + length > size:
+                raise _Malformed("pickle stream lies outside its blob")
+            buffers = tuple(cls.from_json(b) for b in _get(doc, "buffers", list))
+            if any(b.kind != "raw" for b in buffers):
+                raise _Malformed("out-of-band buffers must be raw blobs")
+            return cls(kind, address, algo, hexdigest, size, offset, length, buffers=buffers)
+        return cls(kind, address, algo, hexdigest, size)
+
+    def walk(self) -> Iterator[BlobRef]:
+        """This reference and those of its buffers."""
+        yield self
+        for b in self.buffers:
+            yield from b.walk()
+
+
+def _refs(doc: Any, key: str) -> dict[str, BlobRef]:
+    section = _get(doc, key, dict)
+    return {str(name): BlobRef.from_json(ref) for name, ref in section.items()}
+
+
+@dataclass
+class Manifest:
+    """One checkpoint: what it stores, and where.  ``path`` is where it was read from."""
+
+    id: str
+    cell_id: str
+    key: str
+    created: str
+    complete: bool
+    values: dict[str, BlobRef]
+    extras: dict[str, BlobRef]
+    failed: dict[str, str]
+    info: dict[str, Any]
+    versions: dict[str, str]
+    bytes: int
+    bytes_written: int
+    format: int = FORMAT_VERSION
+    signature: str | None = None
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def created_at(self) -> _dt.datetime:
+        return _dt.datetime.fromisoformat(self.created.replace("Z", "+00:00"))
+
+    def describe(self) -> str:
+        return describe(self.cell_id, self.id)
+
+    def blob_refs(self) -> list[BlobRef]:
+        """Every blob referenced (buffers included), one per address, in manifest order."""
+        seen: dict[str, BlobRef] = {}
+        for section in (self.values, self.extras):
+            for ref in section.values():
+                for r in ref.walk():
+                    seen.setdefault(r.blob, r)
+        return list(seen.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """The document without its signature."""
+        return {
+            "format": self.format,
+            "id": self.id,
+            "cell_id": self.cell_id,
+            "key": self.key,
+            "created": self.created,
+            "complete": self.complete,
+            "values": {k: v.to_json() for k, v in self.values.items()},
+            "extras": {k: v.to_json() for k, v in self.extras.items()},
+            "failed": dict(self.failed),
+            "info": self.info,
+            "versions": dict(self.versions),
+            "bytes": self.bytes,
+            "bytes_written": self.bytes_written,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, path: Path | None = None) -> Manifest:
+        """Build from a verified document; raises ValueError when it is malformed."""
+        if not isinstance(doc, dict):
+            raise _Malformed("a manifest must be an object")
+        ident = _get(doc, "id", str)
+        if not _ID.fullmatch(ident):
+            raise _Malformed(f"bad checkpoint id {ident!r}")
+        failed = _get(doc, "failed", dict)
+        versions = _get(doc, "versions", dict)
+        if not all(isinstance(v, str) for v in [*failed.values(), *versions.values()]):
+            raise _Malformed("failed reasons and versions must be strings")
+        signature = doc.get("signature")
+        return cls(
+            id=ident,
+            cell_id=_get(doc, "cell_id", str),
+            key=_get(doc, "key", str),
+            created=_get(doc, "created", str),
+            complete=_get(doc, "complete", bool),
+            values=_refs(doc, "values"),
+            extras=_refs(doc, "extras"),
+            failed=dict(failed),
+            info=_get(doc, "info", dict),
+            versions=dict(versions),
+            bytes=_nonneg(doc, "bytes"),
+            bytes_written=_nonneg(doc, "bytes_written"),
+            format=_get(doc, "format", int),
+            signature=signature if isinstance(signature, str) else None,
+            path=path,
+        )
+
+
+# ---------------------------------------------------------------------------
+# signing, reading, writing
+
+
+def encode(manifest: Manifest, key: bytes) -> bytes:
+    """The signed file content of *manifest* (sets ``manifest.signature``)."""
+    doc = manifest.to_json()
+    manifest.signature = signing.sign(key, canonical_json(doc))
+    doc["signature"] = manifest.signature
+    text = json.dumps(doc, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8") + b"\n"
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in doc:
+            raise ValueError(f"duplicate key {k!r}")
+        doc[k] = v
+    return doc
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _trust_hint(store: str) -> str:
+    return f"Run 'ipy-resume trust --store {shlex.quote(store)}' to re-sign it if you trust it."
+
+
+def _parse(data: bytes, rel: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_reject_constant,
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        reason = " ".join(str(exc).split())[:120]
+        raise ManifestError(
+            f"checkpoint manifest {rel} is unreadable ({reason}); it is ignored and the cell "
+            "will execute again. Run 'ipy-resume verify' to list others.",
+            path=rel,
+        ) from None
+    if not isinstance(doc, dict):
+        raise ManifestError(
+            f"checkpoint manifest {rel} is not a JSON object; it is ignored and the cell will "
+            "execute again. Run 'ipy-resume verify' to list others.",
+            path=rel,
+        )
+    fmt = doc.get("format")
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
+        raise ManifestError(
+            f"checkpoint manifest {rel} has no valid format version ({fmt!r}); it is ignored "
+            "and the cell will execute again. Run 'ipy-resume verify' to list others.",
+            path=rel,
+        )
+    if fmt > FORMAT_VERSION:
+        raise FormatTooNew(
+            f"{describe(doc.get('cell_id'), doc.get('id'))} in {rel} has format {fmt}, but this "
+            f"ipy_resume reads format {FORMAT_VERSION} at most; the cell will execute again. "
+            "Upgrade ipy_resume to use it.",
+            path=rel,
+            found=fmt,
+            supported=FORMAT_VERSION,
+        )
+    return doc
+
+
+def _build(doc: dict[str, Any], path: Path | None, rel: str) -> Manifest:
+    try:
+        return Manifest.from_json(doc, path)
+    except ValueError as exc:
+        raise ManifestError(
+            f"checkpoint manifest {rel} is malformed ({exc}); it is ignored and the cell will "
+            "execute again. Run 'ipy-resume verify' to list others.",
+            path=rel,
+        ) from None
+
+
+def decode(
+    data: bytes, key: bytes, *, rel: str = "manifest", store: str = ".", path: Path | None = None
+) -> Manifest:
+    """Parse and verify a manifest's bytes.
+
+    *rel* names it in messages (its path relative to the store root), *store*
+    is the store folder named in the ``trust`` hint.
+    """
+    doc = _parse(data, rel)
+    signature = doc.pop("signature", None)
+    what = describe(doc.get("cell_id"), doc.get("id"))
+    if signature is None:
+        raise Untrusted(
+            f"{what} in {rel} is unsigned; it is not trusted and the cell will execute again. "
+            + _trust_hint(store),
+            path=rel,
+        )
+    if not signing.verify(key, canonical_json(doc), signature):
+        raise Untrusted(
+            f"{what} in {rel} was signed under another key (another user or machine, or it "
+            "was altered); it is not trusted and the cell will execute again. "
+            + _trust_hint(store),
+            path=rel,
+        )
+    doc["signature"] = signature
+    return _build(doc, path, rel)
+
+
+def read(
+    path: str | os.PathLike[str], key: bytes, *, root: str | os.PathLike[str] | None = None
+) -> Manifest:
+    """Read and verify the manifest file at *path* (of the store at *root*)."""
+    p = Path(path)
+    rel, store = _names(p, root)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ManifestError(
+            f"checkpoint manifest {rel} cannot be read ({exc.strerror}); the cell will execute "
+            "again. Check the file's permissions.",
+            path=rel,
+        ) from None
+    return decode(data, key, rel=rel, store=store, path=p)
+
+
+def _names(path: Path, root: str | os.PathLike[str] | None) -> tuple[str, str]:
+    if root is None:
+        return str(path), str(path.parent)
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        rel = str(path)
+    return rel, os.fspath(root)
+
+
+def resign(
+    path: str | os.PathLike[str], key: bytes, *, root: str | os.PathLike[str] | None = None
+) -> Manifest:
+    """Re-sign the manifest at *path* under *key*, whoever signed it before.
+
+    This is what ``ipy-resume trust`` does for a store the user decided to
+    trust.  The document must still be well-formed and of a readable format.
+    """
+    p = Path(path)
+    rel, _ = _names(p, root)
+    doc = _parse(p.read_bytes(), rel)
+    doc.pop("signature", None)
+    manifest = _build(doc, p, rel)
+    data = encode(manifest, key)
+    with fsio.atomic_write(p) as f:
+        f.write(data)
+    return manifest

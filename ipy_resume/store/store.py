@@ -1,0 +1,562 @@
+"""The :class:`Store` façade: save, find and load checkpoints.
+
+Layout of a store folder::
+
+    store.json                           {"format", "created", "seed_base"}, created once
+    objects/ab/cdef…                     content-addressed blobs (see blobs.py)
+    manifests/<cell-dir>/<key>/<id>.json signed manifests, the commit records
+    quarantine/                          blobs that failed verification
+
+A save writes every blob durably first and the manifest last, with
+``os.link`` so it never replaces another manifest: a crash at any instant
+leaves either no new checkpoint (plus unreferenced blobs for ``gc``) or a
+complete one.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import re
+import secrets
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ipy_resume.store import blobs, codecs, fsio, manifest, signing
+from ipy_resume.store.blobs import SHA256, XXH3, BlobStore
+from ipy_resume.store.fsio import (
+    FormatTooNew,
+    ManifestError,
+    SaveError,
+    StoreError,
+)
+from ipy_resume.store.manifest import FORMAT_VERSION, BlobRef, Manifest
+
+__all__ = ["PACK_TARGET", "PACK_VALUE_MAX", "DecodeError", "SaveResult", "Store"]
+
+PACK_VALUE_MAX = 1 << 20
+"""Pickle streams smaller than this are packed together; larger ones get their own blob."""
+PACK_TARGET = 16 << 20
+"""A pack is closed (and a new one started) once it would grow past this."""
+EXTRA_PREFIX = "extra:"
+"""Prefix of an extra's name in ``failed`` (values are named as they are)."""
+
+_KEY = re.compile(r"[0-9A-Za-z_-]{1,200}")
+_VERIFY_HINT = "Run 'ipy-resume verify' to list others."
+
+
+class DecodeError(StoreError):
+    """A verified value could not be rebuilt (e.g. its class no longer exists)."""
+
+
+@dataclass
+class SaveResult:
+    manifest: Manifest  # the committed manifest
+    failed: dict[str, str] = field(default_factory=dict)  # names not stored -> one-line reason
+    bytes_written: int = 0  # blob bytes written plus the manifest file
+
+
+_versions_cache: dict[str, str] = {}
+
+
+def _versions() -> dict[str, str]:
+    if not _versions_cache:
+        import cloudpickle
+        import h5py
+
+        try:
+            from importlib.metadata import version
+
+            own = version("ipy_resume")
+        except Exception:  # not installed (running from a checkout)
+            own = "unknown"
+        _versions_cache.update(
+            python=platform.python_version(),
+            numpy=np.__version__,
+            h5py=h5py.__version__,
+            hdf5=h5py.version.hdf5_version,
+            cloudpickle=cloudpickle.__version__,
+            ipy_resume=own,
+        )
+    return dict(_versions_cache)
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise ValueError(f"checkpoint key must be 1-200 characters of [0-9A-Za-z_-], got {key!r}")
+
+
+def _check_text(what: str, text: object) -> None:
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{what} must be a non-empty string, got {text!r}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} must be valid Unicode text, got {text!r}") from None
+
+
+def _check_cell_id(cell_id: str) -> None:
+    _check_text("CELL_ID", cell_id)
+
+
+class _Writer:
+    """Turns the values of one save into blobs, tracking refs and bytes written."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self.blobs = store
+        self.bytes_written = 0
+        self.current: Path | None = None  # the file being written, for error messages
+        self.refs: dict[str, BlobRef] = {}
+        self._pack: list[bytes] = []
+        self._pack_size = 0
+        self._pending: list[tuple[str, int, int, tuple[BlobRef, ...]]] = []
+
+    def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
+        self.current = self.blobs.path(address)
+        self.bytes_written += self.blobs.put(address, chunks, size)
+        self.current = None
+
+    def add(self, slot: str, value: object) -> None:
+        """Store *value* under *slot*; raises codecs.EncodeError when it cannot be serialised."""
+        plan = codecs.plan_array(value)
+        if plan is not None:
+            address = blobs.digest(XXH3, plan.chunks())
+            self._put(address, plan.chunks(), plan.size)
+            self.refs[slot] = BlobRef(
+                "hdf5",
+                address,
+                XXH3,
+                address,
+                plan.size,
+                offset=plan.offset,
+                dtype=plan.dtype,
+                shape=plan.shape,
+                order=plan.order,
+            )
+            return
+        pickled = codecs.pickle_value(value)
+        buffers = []
+        for buf in pickled.buffers:
+            address = blobs.digest(XXH3, [buf])
+            self._put(address, [buf], buf.nbytes)
+            buffers.append(BlobRef("raw", address, XXH3, address, buf.nbytes))
+        stream = pickled.stream
+        n = len(stream)
+        if n >= PACK_VALUE_MAX:
+            address = blobs.digest(SHA256, [stream])
+            self._put(address, [stream], n)
+            self.refs[slot] = BlobRef(
+                "pickle", address, SHA256, address, n, 0, n, buffers=tuple(buffers)
+            )
+            return
+        if self._pack and self._pack_size + n > PACK_TARGET:
+            self.flush()
+        self._pending.append((slot, self._pack_size, n, tuple(buffers)))
+        self._pack.append(stream)
+        self._pack_size += n
+
+    def flush(self) -> None:
+        """Write the current pack and resolve the refs of the values in it."""
+        if not self._pack:
+            return
+        address = blobs.digest(SHA256, self._pack)
+        self._put(address, self._pack, self._pack_size)
+        for slot, offset, length, buffers in self._pending:
+            self.refs[slot] = BlobRef(
+                "pickle",
+                address,
+                SHA256,
+                address,
+                self._pack_size,
+                offset,
+                length,
+                buffers=buffers,
+            )
+        self._pack, self._pack_size, self._pending = [], 0, []
+
+
+class Store:
+    """A checkpoint store in folder *root* (created on first save).
+
+    *key* is the signing key; None loads (or creates) the user's key with
+    :func:`signing.load_or_create_key`.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], key: bytes | None = None) -> None:
+        self.root = Path(root)
+        self.key = signing.load_or_create_key() if key is None else bytes(key)
+        self.blobs = BlobStore(self.root)
+        self._info: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Store({os.fspath(self.root)!r})"
+
+    # -- store.json ----------------------------------------------------------
+
+    @property
+    def seed_base(self) -> int:
+        """The per-store base seed (creates the store folder and ``store.json`` if needed)."""
+        return int(self._store_info()["seed_base"])
+
+    def _store_info(self) -> dict[str, Any]:
+        if self._info is None:
+            path = self.root / "store.json"
+            try:
+                self._info = self._read_store_info(path)
+            except FileNotFoundError:
+                fsio.makedirs(self.root)
+                doc = {
+                    "format": FORMAT_VERSION,
+                    "created": manifest.now_iso(),
+                    "seed_base": secrets.randbits(63),
+                }
+                try:
+                    with fsio.atomic_write(path, exclusive=True) as f:
+                        f.write(json.dumps(doc, indent=1).encode("utf-8") + b"\n")
+                except FileExistsError:
+                    pass  # another process created it first: use theirs
+                self._info = self._read_store_info(path)
+        return self._info
+
+    def _read_store_info(self, path: Path) -> dict[str, Any]:
+        data = path.read_bytes()
+        try:
+            doc = json.loads(data.decode("utf-8"))
+            fmt = doc["format"]
+            seed = doc["seed_base"]
+            ok = isinstance(fmt, int) and isinstance(seed, int) and fmt >= 1
+        except (ValueError, TypeError, KeyError):
+            ok = False
+        if not ok:
+            raise ManifestError(
+                f"store.json in {os.fspath(self.root)} is malformed; delete it to recreate it "
+                "(checkpoints are kept, but seeds derived from the store change)",
+                path="store.json",
+            )
+        if fmt > FORMAT_VERSION:
+            raise FormatTooNew(
+                f"the store {os.fspath(self.root)} has format {fmt}, but this ipy_resume reads "
+                f"format {FORMAT_VERSION} at most; upgrade ipy_resume or use another store",
+                path="store.json",
+                found=fmt,
+                supported=FORMAT_VERSION,
+            )
+        return dict(doc)
+
+    # -- paths ---------------------------------------------------------------
+
+    def _rel(self, path: Path | str | None) -> str:
+        if path is None:
+            return os.fspath(self.root)
+        try:
+            return Path(path).relative_to(self.root).as_posix()
+        except ValueError:
+            return os.fspath(path)
+
+    def _key_dir(self, cell_id: str, key: str) -> Path:
+        return self.root / "manifests" / manifest.cell_dir(cell_id) / key
+
+    def blob_path(self, address: str) -> Path:
+        """The file of blob *address*."""
+        return self.blobs.path(address)
+
+    # -- saving --------------------------------------------------------------
+
+    def save(
+        self,
+        cell_id: str,
+        key: str,
+        values: Mapping[str, object],
+        *,
+        extras: Mapping[str, object] | None = None,
+        info: Mapping[str, Any] | None = None,
+        complete: bool = True,
+    ) -> SaveResult:
+        """Store *values* and *extras* as a new checkpoint of (cell_id, key).
+
+        A value that cannot be pickled is left out and reported in
+        ``SaveResult.failed`` (an extra as ``"extra:<name>"``); the checkpoint
+        is then incomplete, as it is with ``complete=False``.  An OS error
+        raises :class:`SaveError`; nothing is committed then.
+        """
+        _check_cell_id(cell_id)
+        _check_key(key)
+        extras = {} if extras is None else extras
+        info_doc = dict(info or {})
+        try:
+            manifest.canonical_json(info_doc)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"info must be JSON-serialisable: {exc}") from exc
+        for name in [*values, *extras]:
+            _check_text("a value name", name)
+
+        failed: dict[str, str] = {}
+        writer = _Writer(self.blobs)
+        try:
+            self._store_info()
+            fsio.makedirs(self.blobs.objects)
+            for section, mapping in (("v", values), ("x", extras)):
+                for name, value in mapping.items():
+                    try:
+                        writer.add(f"{section}:{name}", value)
+                    except codecs.EncodeError as exc:
+                        label = name if section == "v" else EXTRA_PREFIX + name
+                        failed[label] = str(exc)
+            writer.flush()
+            value_refs = {n: writer.refs[f"v:{n}"] for n in values if f"v:{n}" in writer.refs}
+            extra_refs = {n: writer.refs[f"x:{n}"] for n in extras if f"x:{n}" in writer.refs}
+            m = Manifest(
+                id=manifest.new_checkpoint_id(),
+                cell_id=cell_id,
+                key=key,
+                created=manifest.now_iso(),
+                complete=bool(complete) and not failed,
+                values=value_refs,
+                extras=extra_refs,
+                failed=dict(failed),
+                info=info_doc,
+                versions=_versions(),
+                bytes=0,
+                bytes_written=writer.bytes_written,
+            )
+            m.bytes = sum(r.size for r in m.blob_refs())
+            manifest_bytes = self._commit(m, writer)
+        except OSError as exc:
+            raise self._save_error(cell_id, exc, writer.current) from exc
+        return SaveResult(m, failed, writer.bytes_written + manifest_bytes)
+
+    def _commit(self, m: Manifest, writer: _Writer) -> int:
+        folder = self._key_dir(m.cell_id, m.key)
+        writer.current = folder
+        fsio.makedirs(folder)
+        for _attempt in range(20):
+            path = folder / f"{m.id}.json"
+            data = manifest.encode(m, self.key)
+            writer.current = path
+            try:
+                with fsio.atomic_write(path, exclusive=True) as f:
+                    f.write(data)
+            except FileExistsError:  # same id from another process in the same ms
+                m.id = manifest.new_checkpoint_id()
+                continue
+            m.path = path
+            writer.current = None
+            return len(data)
+        raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
+
+    def _save_error(self, cell_id: str, exc: OSError, where: Path | None) -> SaveError:
+        code = errno.errorcode.get(exc.errno or 0, "")
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        if code:
+            reason = f"{reason} ({code})"
+        if where is None and exc.filename:
+            where = Path(os.fspath(exc.filename))
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            hint = "Free some disk space (or run 'ipy-resume gc'), then run the cell again."
+        elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            hint = f"Make {os.fspath(self.root)} writable, then run the cell again."
+        else:
+            hint = "Check the disk, then run the cell again."
+        cell = " ".join(cell_id.split())
+        return SaveError(
+            f"could not save checkpoint '{cell}': {reason} while writing {self._rel(where)}; "
+            f"nothing was committed and the values are still in memory. {hint}",
+            path=self._rel(where),
+        )
+
+    # -- finding -------------------------------------------------------------
+
+    def _read(self, path: Path) -> Manifest:
+        return manifest.read(path, self.key, root=self.root)
+
+    @staticmethod
+    def _json_files(folder: Path) -> list[Path]:
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [folder / n for n in names if n.endswith(".json") and not fsio.is_temp_name(n)]
+
+    def _misfiled(self, m: Manifest, cell_id: str, key: str | None) -> StoreError | None:
+        if m.cell_id == cell_id and (key is None or m.key == key):
+            return None
+        rel = self._rel(m.path)
+        return ManifestError(
+            f"{m.describe()} in {rel} is filed under the wrong cell or key; it is ignored "
+            f"and the cell will execute again. {_VERIFY_HINT}",
+            path=rel,
+        )
+
+    def find(self, cell_id: str, key: str) -> Manifest | None:
+        """The newest complete, verified checkpoint of (cell_id, key), or None.
+
+        Manifests that cannot be trusted or read are skipped in favour of an
+        older good one; when there is none, the error of the newest bad one is
+        raised (:class:`Untrusted`, :class:`FormatTooNew`, :class:`ManifestError`)
+        so the caller can say why the cell executes again.
+        """
+        _check_cell_id(cell_id)
+        _check_key(key)
+        problem: StoreError | None = None
+        for path in sorted(self._json_files(self._key_dir(cell_id, key)), reverse=True):
+            try:
+                m = self._read(path)
+            except FileNotFoundError:
+                continue  # removed by gc meanwhile
+            except StoreError as exc:
+                problem = problem or exc
+                continue
+            wrong = self._misfiled(m, cell_id, key)
+            if wrong is not None:
+                problem = problem or wrong
+            elif m.complete:
+                return m
+        if problem is not None:
+            raise problem
+        return None
+
+    def _verified(self, paths: Iterable[Path]) -> Iterator[Manifest]:
+        for path in paths:
+            try:
+                yield self._read(path)
+            except (FileNotFoundError, StoreError):
+                continue
+
+    def _manifest_paths(self, cell_dirs: Iterable[Path]) -> Iterator[Path]:
+        for cdir in cell_dirs:
+            try:
+                keys = sorted(os.listdir(cdir))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for k in keys:
+                yield from self._json_files(cdir / k)
+
+    def _all_cell_dirs(self) -> list[Path]:
+        base = self.root / "manifests"
+        try:
+            return [base / n for n in sorted(os.listdir(base))]
+        except FileNotFoundError:
+            return []
+
+    def history(self, cell_id: str) -> list[Manifest]:
+        """Every verified checkpoint of *cell_id* (any key, complete or not), oldest first."""
+        _check_cell_id(cell_id)
+        cdir = self.root / "manifests" / manifest.cell_dir(cell_id)
+        found = [
+            m
+            for m in self._verified(self._manifest_paths([cdir]))
+            if self._misfiled(m, cell_id, None) is None
+        ]
+        return sorted(found, key=lambda m: (m.id, m.created))
+
+    def manifests(self) -> list[Manifest]:
+        """Every verified checkpoint of the store, oldest first."""
+        found = list(self._verified(self._manifest_paths(self._all_cell_dirs())))
+        return sorted(found, key=lambda m: (m.id, m.created))
+
+    # -- loading -------------------------------------------------------------
+
+    def load_values(
+        self, manifest: Manifest, names: Iterable[str] | None = None
+    ) -> dict[str, object]:
+        """The values of a verified checkpoint (all of them, or *names*).
+
+        Every blob is verified against the manifest before it is decoded; a bad
+        one is quarantined and :class:`CorruptBlob` / :class:`MissingBlob` raised.
+        """
+        wanted = list(manifest.values) if names is None else list(names)
+        for name in wanted:
+            if name not in manifest.values:
+                raise KeyError(f"{manifest.describe()} has no value named {name!r}")
+        cache: dict[str, np.ndarray] = {}
+        return {n: self._decode(manifest, n, manifest.values[n], cache) for n in wanted}
+
+    def load_extras(self, manifest: Manifest) -> dict[str, object]:
+        """The extras of a verified checkpoint (verified like values)."""
+        cache: dict[str, np.ndarray] = {}
+        return {n: self._decode(manifest, n, r, cache) for n, r in manifest.extras.items()}
+
+    def _blob(self, m: Manifest, ref: BlobRef, cache: dict[str, np.ndarray]) -> np.ndarray:
+        buf = cache.get(ref.blob)
+        if buf is None:
+            buf = self.blobs.read(ref.blob, ref.algo, ref.checksum, ref.size, context=m.describe())
+            cache[ref.blob] = buf
+        return buf
+
+    def _decode(self, m: Manifest, name: str, ref: BlobRef, cache: dict[str, np.ndarray]) -> object:
+        buf = self._blob(m, ref, cache)
+        try:
+            if ref.kind == "hdf5":
+                assert ref.shape is not None and ref.order is not None
+                return codecs.decode_array(buf, ref.offset, ref.dtype, ref.shape, ref.order)
+            if ref.kind == "pickle":
+                buffers = [self._blob(m, b, cache) for b in ref.buffers]
+                assert ref.length is not None
+                stream = buf.data[ref.offset : ref.offset + ref.length]
+                return codecs.unpickle_value(stream, buffers)
+            raise ValueError(f"a {ref.kind} blob cannot hold a value")
+        except StoreError:
+            raise
+        except Exception as exc:
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            rel = self.blobs.relpath(ref.blob)
+            raise DecodeError(
+                f"{m.describe()} cannot be restored: {name!r} in {rel} could not be rebuilt "
+                f"({reason}); the cell will execute again.",
+                path=rel,
+            ) from exc
+
+    # -- maintenance -----------------------------------------------------------
+
+    def verify(self) -> list[str]:
+        """Check every manifest signature and every referenced blob; one line per problem."""
+        problems: list[str] = []
+        if (self.root / "store.json").exists():
+            try:
+                self._read_store_info(self.root / "store.json")
+            except StoreError as exc:
+                problems.append(str(exc))
+        checked: dict[str, str | None] = {}
+        for path in self._manifest_paths(self._all_cell_dirs()):
+            try:
+                m = self._read(path)
+            except FileNotFoundError:
+                continue
+            except StoreError as exc:
+                problems.append(str(exc))
+                continue
+            if path != self._key_dir(m.cell_id, m.key) / path.name:
+                problems.append(
+                    f"{m.describe()} in {self._rel(path)} is filed under the wrong cell or key; "
+                    "it is ignored."
+                )
+            for ref in m.blob_refs():
+                if ref.blob not in checked:
+                    checked[ref.blob] = self.blobs.check(ref.blob, ref.algo, ref.checksum, ref.size)
+                problem = checked[ref.blob]
+                if problem is not None:
+                    problems.append(
+                        f"{m.describe()}: {self.blobs.relpath(ref.blob)} {problem}; the cell "
+                        "will execute again when it next runs."
+                    )
+        return problems
+
+    def trust(self) -> int:
+        """Re-sign every readable manifest under this store's key; returns how many.
+
+        This adopts a store written under another key (``ipy-resume trust``).
+        """
+        count = 0
+        for path in self._manifest_paths(self._all_cell_dirs()):
+            try:
+                manifest.resign(path, self.key, root=self.root)
+            except (FileNotFoundError, StoreError):
+                continue
+            count += 1
+        return count

@@ -1,0 +1,285 @@
+"""Codecs: HDF5 array files and pickle streams, alone and round-tripped through a Store."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from ipy_resume.store import Store, codecs
+
+KEY = b"k" * 32
+BIG = 10_000  # elements: >= 64 KiB for itemsize >= 8
+
+DTYPES = [
+    "float64",
+    "float32",
+    "float16",
+    ">f8",
+    "longdouble",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "complex64",
+    "complex128",
+    "datetime64[ns]",
+    "datetime64[D]",
+    "timedelta64[ms]",
+    "S7",
+    "U5",
+    "V3",
+    [("a", "<f8"), ("b", "i1", (3,)), ("c", [("d", "<u2")])],
+    np.dtype([("x", "i1"), ("y", "<f8")], align=True),
+]
+
+
+def _sample(dtype: Any, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+    if dt.kind == "b":
+        raw = raw % 2
+    a = raw.view(dt).reshape(shape) if dt.kind not in "fcUMm" else None
+    if dt.kind == "f":
+        a = rng.standard_normal(shape).astype(dt)
+    elif dt.kind == "c":
+        a = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+    elif dt.kind in "Mm":
+        a = rng.integers(-(10**12), 10**12, size=shape).astype(dt)
+    elif dt.kind == "U":
+        a = np.array(["hé", "x", "", "abcde"] * (int(np.prod(shape)) // 4 + 1))[
+            : int(np.prod(shape))
+        ].reshape(shape)
+    assert a is not None
+    return np.asarray(a, dtype=dt).reshape(shape)
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same dtype, shape and bytes (field by field: padding bytes are undefined)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.isalignedstruct != b.dtype.isalignedstruct:
+        return False
+    if a.dtype.names:
+        return all(_equal(a[name], b[name]) for name in a.dtype.names)
+    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "st", key=KEY)
+
+
+# ---------------------------------------------------------------------------
+# dtype descriptions
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dtype_json_round_trip(dtype: Any) -> None:
+    import json
+
+    dt = np.dtype(dtype)
+    assert codecs.dtype_from_json(json.loads(json.dumps(codecs.dtype_to_json(dt)))) == dt
+
+
+@pytest.mark.parametrize("bad", [3, [["a"]], [["a", 5]], "not a dtype"])
+def test_bad_dtype_json(bad: Any) -> None:
+    with pytest.raises(ValueError):
+        codecs.dtype_from_json(bad)
+
+
+# ---------------------------------------------------------------------------
+# HDF5 plans
+
+
+def _write_plan(plan: codecs.ArrayPlan, path: Path) -> bytes:
+    data = b"".join(bytes(c) for c in plan.chunks())
+    path.write_bytes(data)
+    return data
+
+
+def test_plan_is_a_view_and_deterministic(tmp_path: Path) -> None:
+    a = np.random.default_rng(1).random((200, 300))
+    plan = codecs.plan_array(a)
+    assert plan is not None and plan.order == "C"
+    assert np.shares_memory(np.frombuffer(plan.data, np.uint8), a)  # no copy
+    assert plan.offset % codecs.DATA_ALIGNMENT == 0 and len(plan.head) == plan.offset
+    again = codecs.plan_array(a.copy())
+    assert again is not None
+    first = _write_plan(plan, tmp_path / "1.h5")
+    second = _write_plan(again, tmp_path / "2.h5")
+    assert first == second  # equal arrays give equal files
+    assert plan.size == len(first)
+
+
+def test_plan_file_is_valid_hdf5(tmp_path: Path) -> None:
+    a = np.random.default_rng(2).random((50, 40, 30)).astype(np.float32)
+    plan = codecs.plan_array(a)
+    assert plan is not None
+    _write_plan(plan, tmp_path / "a.h5")
+    with h5py.File(tmp_path / "a.h5", "r") as f:
+        ds = f["data"]
+        assert ds.shape == a.shape and ds.dtype == a.dtype
+        assert ds.id.get_offset() == plan.offset
+        assert np.array_equal(ds[()], a)
+
+
+def test_fortran_array_is_stored_transposed_without_copy(tmp_path: Path) -> None:
+    a = np.asfortranarray(np.random.default_rng(3).random((300, 70)))
+    plan = codecs.plan_array(a)
+    assert plan is not None and plan.order == "F" and plan.shape == (300, 70)
+    assert np.shares_memory(np.frombuffer(plan.data, np.uint8), a)
+    _write_plan(plan, tmp_path / "f.h5")
+    with h5py.File(tmp_path / "f.h5", "r") as f:
+        assert f["data"].attrs["order"] == "F"
+        assert np.array_equal(f["data"][()].T, a)
+    buf = np.fromfile(tmp_path / "f.h5", dtype=np.uint8)
+    back = codecs.decode_array(buf, plan.offset, plan.dtype, plan.shape, plan.order)
+    assert np.array_equal(back, a) and back.flags.f_contiguous
+
+
+def test_non_contiguous_array_is_copied() -> None:
+    a = np.random.default_rng(4).random((400, 400))[::2, ::3]
+    plan = codecs.plan_array(a)
+    assert plan is not None and plan.order == "C"
+    assert not np.shares_memory(np.frombuffer(plan.data, np.uint8), a)
+    assert bytes(plan.data) == np.ascontiguousarray(a).tobytes()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.zeros(100),  # too small
+        np.empty(20_000, dtype=object),  # objects
+        np.ma.masked_array(np.zeros(20_000)),  # subclass
+        np.zeros((0, 20_000)),  # empty
+        np.array(["abcdefgh"] * 5_000),  # unicode: no HDF5 type
+        [1.0] * 20_000,  # not an array
+    ],
+    ids=["small", "object", "masked", "empty", "unicode", "list"],
+)
+def test_ineligible_values_are_not_planned(value: object) -> None:
+    assert codecs.plan_array(value) is None
+
+
+def test_decode_array_returns_a_writeable_view() -> None:
+    a = np.arange(20_000, dtype=np.int64)
+    plan = codecs.plan_array(a)
+    assert plan is not None
+    buf = np.frombuffer(bytearray(b"".join(bytes(c) for c in plan.chunks())), np.uint8)
+    back = codecs.decode_array(buf, plan.offset, plan.dtype, plan.shape, plan.order)
+    assert np.array_equal(back, a) and np.shares_memory(back, buf)
+    back[0] = 42
+    assert back.flags.writeable and buf[plan.offset] == 42
+    with pytest.raises(ValueError):
+        codecs.decode_array(buf, buf.size - 8, plan.dtype, plan.shape, plan.order)
+
+
+def test_skeletons_are_thread_safe() -> None:
+    results: list[bytes] = []
+    barrier = threading.Barrier(4)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        plan = codecs.plan_array(np.zeros((1000 + i, 17)))
+        assert plan is not None
+        results.append(plan.head)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4
+
+
+# ---------------------------------------------------------------------------
+# pickles
+
+
+def test_pickle_large_buffers_out_of_band_small_in_band() -> None:
+    big = np.arange(100_000, dtype=np.float64)
+    small = np.arange(10, dtype=np.float64)
+    pickled = codecs.pickle_value({"big": big, "small": small})
+    assert len(pickled.buffers) == 1 and pickled.buffers[0].nbytes == big.nbytes
+    assert len(pickled.stream) < 10_000
+    back = codecs.unpickle_value(pickled.stream, [np.frombuffer(pickled.buffers[0], np.uint8)])
+    assert isinstance(back, dict)
+    assert np.array_equal(back["big"], big) and np.array_equal(back["small"], small)
+
+
+def test_pickle_failure_is_one_line() -> None:
+    with pytest.raises(codecs.EncodeError) as info:
+        codecs.pickle_value(threading.Lock())
+    assert "\n" not in str(info.value) and "cannot be pickled" in str(info.value)
+    assert "TypeError" in str(info.value)
+
+
+# ---------------------------------------------------------------------------
+# round trips through a store (real files)
+
+
+SHAPES = [(), (0,), (7,), (3, 4, 5), (BIG,), (60, 50, 8)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_store_round_trip_dtypes_and_shapes(store: Store, dtype: Any) -> None:
+    values = {f"s{i}": _sample(dtype, shape, i) for i, shape in enumerate(SHAPES)}
+    big = _sample(dtype, (600, 120), 99)
+    values["C"] = big
+    values["F"] = np.asfortranarray(big)
+    values["strided"] = big[::2, ::3]
+    values["T"] = big.T
+    values["be"] = big.astype(big.dtype.newbyteorder(">")) if big.dtype.kind in "fiuc" else big
+    result = store.save("dtypes", "k", values)
+    assert result.failed == {}
+    m = store.find("dtypes", "k")
+    assert m is not None
+    back = store.load_values(m)
+    for name, value in values.items():
+        got = back[name]
+        assert isinstance(got, np.ndarray), name
+        assert _equal(got, value), name
+        assert got.flags.writeable, name
+    f_back = back["F"]
+    assert isinstance(f_back, np.ndarray) and f_back.flags.f_contiguous
+    kinds = {name: ref.kind for name, ref in m.values.items()}
+    hdf5_ok = np.dtype(dtype).kind != "U" and not np.dtype(dtype).isalignedstruct
+    assert (kinds["C"] == "hdf5") == hdf5_ok
+    assert kinds["s0"] == "pickle" and kinds["s2"] == "pickle"  # small values are packed
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    arr=hnp.arrays(
+        dtype=st.one_of(hnp.integer_dtypes(), hnp.floating_dtypes(), hnp.complex_number_dtypes()),
+        shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=40),
+    ),
+    big=st.booleans(),
+)
+def test_store_round_trip_property(tmp_path: Path, arr: np.ndarray, big: bool) -> None:
+    if big and arr.size:
+        arr = np.tile(arr, max(1, 70_000 // arr.nbytes))
+    store = Store(tmp_path / "prop", key=KEY)
+    store.save("p", "k", {"a": arr})
+    m = store.find("p", "k")
+    assert m is not None
+    got = store.load_values(m)["a"]
+    assert isinstance(got, np.ndarray) and _equal(got, arr)

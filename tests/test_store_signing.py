@@ -1,0 +1,246 @@
+"""Signing key, HMAC signatures and the trust rules of manifests."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ipy_resume.store import (
+    FormatTooNew,
+    KeyFileError,
+    ManifestError,
+    Store,
+    Untrusted,
+    load_or_create_key,
+    signing,
+)
+from ipy_resume.store import manifest as mf
+
+KEY_A = bytes(range(32))
+KEY_B = bytes(range(1, 33))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    data = tmp_path / "jupyter-data"
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(data))
+    return data
+
+
+def test_sign_and_verify() -> None:
+    sig = signing.sign(KEY_A, b"payload")
+    assert len(sig) == 64 and int(sig, 16) >= 0
+    assert signing.verify(KEY_A, b"payload", sig)
+    assert not signing.verify(KEY_A, b"payload", sig.upper())  # exact text only
+    assert not signing.verify(KEY_B, b"payload", sig)
+    assert not signing.verify(KEY_A, b"payloaD", sig)
+    assert not signing.verify(KEY_A, b"payload", None)
+    assert not signing.verify(KEY_A, b"payload", "é" * 64)
+
+
+def test_key_created_under_jupyter_data_dir_with_mode_0600(_isolated_data_dir: Path) -> None:
+    key = load_or_create_key()
+    path = _isolated_data_dir / "ipy_resume" / "signing.key"
+    assert signing.default_key_path() == path
+    assert path.is_file()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(key) == 32
+    assert path.read_text().strip() == key.hex()
+    assert load_or_create_key() == key  # stable
+    assert [p.name for p in path.parent.iterdir()] == ["signing.key"]  # no temp left
+
+
+def test_explicit_key_path(tmp_path: Path) -> None:
+    path = tmp_path / "k" / "my.key"
+    key = load_or_create_key(path)
+    assert load_or_create_key(path) == key
+    assert load_or_create_key(tmp_path / "other.key") != key
+
+
+@pytest.mark.parametrize("content", [b"", b"not hex at all", b"abcd", b"\xff\xfe" * 40])
+def test_malformed_key_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "signing.key"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError) as info:
+        load_or_create_key(path)
+    assert "malformed" in str(info.value) and str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_group_readable_key_warns(tmp_path: Path) -> None:
+    path = tmp_path / "signing.key"
+    load_or_create_key(path)
+    path.chmod(0o644)
+    with pytest.warns(UserWarning, match="readable by other users"):
+        load_or_create_key(path)
+
+
+def _race_worker(path: str, barrier: Any, out: Any) -> None:
+    barrier.wait()
+    out.put(load_or_create_key(Path(path)).hex())
+
+
+def test_eight_processes_racing_agree_on_one_key(tmp_path: Path) -> None:
+    ctx: Any = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    barrier = ctx.Barrier(8)
+    out = ctx.Queue()
+    path = tmp_path / "race" / "signing.key"
+    procs = [ctx.Process(target=_race_worker, args=(str(path), barrier, out)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    keys = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert len(set(keys)) == 1
+    assert path.read_text().strip() == keys[0]
+    assert [p.name for p in path.parent.iterdir()] == ["signing.key"]
+
+
+def test_store_default_key_comes_from_jupyter_data_dir(
+    tmp_path: Path, _isolated_data_dir: Path
+) -> None:
+    store = Store(tmp_path / "st")
+    assert store.key == load_or_create_key()
+    assert (_isolated_data_dir / "ipy_resume" / "signing.key").exists()
+    assert not (tmp_path / "st").exists()  # the store folder is created lazily
+
+
+# ---------------------------------------------------------------------------
+# manifests under the wrong key, unsigned, too new, tampered
+
+
+def _saved(tmp_path: Path, key: bytes = KEY_A) -> tuple[Store, Path]:
+    store = Store(tmp_path / "st", key=key)
+    result = store.save("train", "abc", {"x": 1})
+    assert result.manifest.path is not None
+    return store, result.manifest.path
+
+
+def _rewrite(path: Path, change: dict[str, object], *, drop_signature: bool = False) -> None:
+    doc = json.loads(path.read_text())
+    doc.update(change)
+    if drop_signature:
+        del doc["signature"]
+    path.write_text(json.dumps(doc))
+
+
+def test_store_under_another_key_is_untrusted(tmp_path: Path) -> None:
+    _, path = _saved(tmp_path, KEY_A)
+    other = Store(tmp_path / "st", key=KEY_B)
+    with pytest.raises(Untrusted) as info:
+        other.find("train", "abc")
+    msg = str(info.value)
+    assert "another key" in msg and "'train'" in msg
+    assert "ipy-resume trust --store" in msg and str(tmp_path / "st") in msg
+    assert f" in {path.relative_to(tmp_path / 'st').as_posix()} " in msg  # relative to the root
+    assert "\n" not in msg
+    assert other.history("train") == [] and other.manifests() == []
+    problems = other.verify()
+    assert len(problems) == 1 and "another key" in problems[0]
+
+
+def test_trust_re_signs_a_store(tmp_path: Path) -> None:
+    _saved(tmp_path, KEY_A)
+    other = Store(tmp_path / "st", key=KEY_B)
+    assert other.trust() == 1
+    m = other.find("train", "abc")
+    assert m is not None and other.load_values(m) == {"x": 1}
+    with pytest.raises(Untrusted):  # and the old key no longer verifies
+        Store(tmp_path / "st", key=KEY_A).find("train", "abc")
+
+
+def test_unsigned_manifest_is_untrusted(tmp_path: Path) -> None:
+    store, path = _saved(tmp_path)
+    _rewrite(path, {}, drop_signature=True)
+    with pytest.raises(Untrusted, match="unsigned"):
+        store.find("train", "abc")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"complete": False}, {"key": "abd"}, {"info": {"evil": 1}}, {"signature": "0" * 64}],
+)
+def test_tampered_manifest_is_untrusted(tmp_path: Path, change: dict[str, object]) -> None:
+    store, path = _saved(tmp_path)
+    _rewrite(path, change)
+    with pytest.raises(Untrusted, match="another key"):
+        store.find("train", "abc")
+
+
+def test_tampered_blob_reference_is_untrusted(tmp_path: Path) -> None:
+    store, path = _saved(tmp_path)
+    doc = json.loads(path.read_text())
+    ref = doc["values"]["x"]
+    ref["checksum"]["hex"] = ref["blob"] = "0" * 64
+    path.write_text(json.dumps(doc))
+    with pytest.raises(Untrusted):
+        store.find("train", "abc")
+
+
+def test_format_too_new(tmp_path: Path) -> None:
+    store, path = _saved(tmp_path)
+    _rewrite(path, {"format": 99})
+    with pytest.raises(FormatTooNew) as info:
+        store.find("train", "abc")
+    assert "99" in str(info.value) and "format 1" in str(info.value)
+    assert info.value.found == 99 and info.value.supported == 1
+
+
+def test_format_checked_before_signature(tmp_path: Path) -> None:
+    store, path = _saved(tmp_path)
+    _rewrite(path, {"format": 2}, drop_signature=True)
+    with pytest.raises(FormatTooNew):
+        store.find("train", "abc")
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"format": "one"}', b"\xff"])
+def test_unreadable_manifest(tmp_path: Path, content: bytes) -> None:
+    store, path = _saved(tmp_path)
+    path.write_bytes(content)
+    with pytest.raises(ManifestError) as info:
+        store.find("train", "abc")
+    assert "manifests/" in str(info.value)
+
+
+def test_signed_but_malformed_manifest(tmp_path: Path) -> None:
+    store, path = _saved(tmp_path)
+    doc = json.loads(path.read_text())
+    del doc["signature"]
+    doc["values"]["x"]["kind"] = "mystery"
+    doc["signature"] = signing.sign(KEY_A, mf.canonical_json(doc))
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ManifestError, match="malformed"):
+        store.find("train", "abc")
+
+
+def test_manifest_moved_to_another_key_is_not_used(tmp_path: Path) -> None:
+    store, path = _saved(tmp_path)
+    moved = path.parent.parent / "fff" / path.name
+    moved.parent.mkdir()
+    path.rename(moved)
+    assert store.find("train", "abc") is None
+    with pytest.raises(ManifestError, match="wrong cell or key"):
+        store.find("train", "fff")
+
+
+def test_bad_newest_manifest_falls_back_to_an_older_good_one(tmp_path: Path) -> None:
+    store, _old = _saved(tmp_path)
+    newer = store.save("train", "abc", {"x": 2}).manifest
+    assert newer.path is not None
+    assert store.find("train", "abc") == newer
+    _rewrite(newer.path, {"complete": True, "info": {"tampered": True}})
+    found = store.find("train", "abc")
+    assert found is not None and store.load_values(found) == {"x": 1}
+
+
+def test_duplicate_json_keys_are_rejected() -> None:
+    with pytest.raises(ManifestError):
+        mf.decode(b'{"format": 1, "format": 1}', KEY_A)
