@@ -318,10 +318,14 @@ class Engine:
             )
         except (SaveError, OSError, StoreError) as exc:
             listed = ", ".join(sorted(values)) or "no names"
-            host.message(
-                f"{PREFIX}could not save checkpoint '{opts.cell_id}': {exc}. "
-                f"Your results are still in the kernel ({listed}); nothing was saved."
-            )
+            if isinstance(exc, SaveError):
+                text = f"{exc} Kept in the kernel: {listed}."
+            else:
+                text = (
+                    f"could not save checkpoint '{opts.cell_id}': {exc}. "
+                    f"Your results are still in the kernel ({listed}); nothing was saved."
+                )
+            host.message(PREFIX + text)
             self.last_outcome = Outcome("unsaved", None, sorted(values))
             return result.value if result.has_value else None
         failed = {**saved.failed, **missing_files}

@@ -1252,33 +1252,37 @@ def _c_np_seed_sequence(fp: Fingerprinter, s: Any) -> bytes:
 
 def _numpy_rule(t: type) -> _Atomic | tuple[_Handler, int] | None:
     np = sys.modules["numpy"]
-    try:
-        if issubclass(t, np.ndarray):
-            if t is np.ndarray or issubclass(t, np.memmap):
-                return (_c_ndarray, _CALL_MEMO)
-            ma = sys.modules.get("numpy.ma")
-            if ma is not None and issubclass(t, ma.MaskedConstant):
-                return (_c_reduce, _CALL_MEMO)
-            if ma is not None and issubclass(t, ma.MaskedArray):
-                return (_c_masked_array, _CALL_MEMO)
-            return (_c_ndarray_subclass, _CALL_MEMO)
-        if issubclass(t, np.void):
-            return (_c_numpy_void, _NO_MEMO)
-        if issubclass(t, np.generic):
-            return _a_numpy_scalar
-        random = sys.modules.get("numpy.random")
-        if random is not None:
-            rules: list[tuple[type, _Handler]] = [
-                (random.Generator, _c_np_generator),
-                (random.BitGenerator, _c_np_bit_generator),
-                (random.RandomState, _c_np_random_state),
-                (random.SeedSequence, _c_np_seed_sequence),
-            ]
-            for base, handler in rules:
-                if issubclass(t, base):
-                    return (handler, _CALL_MEMO)
-    except AttributeError:  # numpy is still being imported
-        return None
+    # Only classes that exist: a module still being imported lacks some of them, and a value
+    # cannot be an instance of a class that does not exist yet.
+    ndarray = getattr(np, "ndarray", None)
+    if ndarray is not None and issubclass(t, ndarray):
+        if t is ndarray or issubclass(t, np.memmap):
+            return (_c_ndarray, _CALL_MEMO)
+        ma = sys.modules.get("numpy.ma")
+        masked = getattr(ma, "masked", None)
+        if masked is not None and issubclass(t, type(masked)):
+            return (_c_reduce, _CALL_MEMO)
+        masked_array = getattr(ma, "MaskedArray", None)
+        if masked_array is not None and issubclass(t, masked_array):
+            return (_c_masked_array, _CALL_MEMO)
+        return (_c_ndarray_subclass, _CALL_MEMO)
+    void = getattr(np, "void", None)
+    if void is not None and issubclass(t, void):
+        return (_c_numpy_void, _NO_MEMO)
+    generic = getattr(np, "generic", None)
+    if generic is not None and issubclass(t, generic):
+        return _a_numpy_scalar
+    random = sys.modules.get("numpy.random")
+    rules = [
+        ("Generator", _c_np_generator),
+        ("BitGenerator", _c_np_bit_generator),
+        ("RandomState", _c_np_random_state),
+        ("SeedSequence", _c_np_seed_sequence),
+    ]
+    for name, handler in rules:
+        base = getattr(random, name, None)
+        if isinstance(base, type) and issubclass(t, base):
+            return (handler, _CALL_MEMO)
     return None
 
 
@@ -1393,17 +1397,15 @@ def _c_pd_array(fp: Fingerprinter, arr: Any) -> bytes:
 
 def _pandas_rule(t: type) -> tuple[_Handler, int] | None:
     pd = sys.modules["pandas"]
-    try:
-        rules: list[tuple[type, _Handler]] = [
-            (pd.DataFrame, _c_pd_frame),
-            (pd.Series, _c_pd_series),
-            (pd.Index, _c_pd_index),
-            (pd.api.extensions.ExtensionArray, _c_pd_array),
-        ]
-    except AttributeError:  # pandas is still being imported
-        return None
+    extensions = getattr(getattr(pd, "api", None), "extensions", None)
+    rules = [
+        (getattr(pd, "DataFrame", None), _c_pd_frame),
+        (getattr(pd, "Series", None), _c_pd_series),
+        (getattr(pd, "Index", None), _c_pd_index),
+        (getattr(extensions, "ExtensionArray", None), _c_pd_array),
+    ]
     for base, handler in rules:
-        if issubclass(t, base):
+        if isinstance(base, type) and issubclass(t, base):
             return (handler, _CALL_MEMO)
     return None
 

@@ -54,6 +54,7 @@ def test_key_created_under_jupyter_data_dir_with_mode_0600(_isolated_data_dir: P
     assert path.read_text().strip() == key.hex()
     assert load_or_create_key() == key  # stable
     assert [p.name for p in path.parent.iterdir()] == ["signing.key"]  # no temp left
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
 def test_explicit_key_path(tmp_path: Path) -> None:

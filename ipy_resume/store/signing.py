@@ -50,7 +50,8 @@ def load_or_create_key(path: str | os.PathLike[str] | None = None) -> bytes:
         return _read_key(key_path)
     except FileNotFoundError:
         pass
-    fsio.makedirs(key_path.parent, mode=0o700)
+    fsio.makedirs(key_path.parent.parent)
+    fsio.makedirs(key_path.parent, mode=0o700)  # our own folder: owner only
     material = secrets.token_bytes(KEY_BYTES).hex().encode("ascii") + b"\n"
     try:
         with fsio.atomic_write(key_path, exclusive=True, mode=0o600) as f:
