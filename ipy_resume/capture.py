@@ -17,6 +17,9 @@ from typing import Any, TextIO
 # One event: ("stdout"|"stderr", text) | ("display", payload dict) | ("clear", {"wait": bool})
 Event = tuple[str, Any]
 
+# The real (stdout, stderr) of each active tee, innermost last.
+_live: list[tuple[TextIO, TextIO]] = []
+
 
 @dataclass
 class OutputRecord:
@@ -90,6 +93,7 @@ def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
     'hi\\n'
     """
     saved = sys.stdout, sys.stderr
+    _live.append(saved)
     sys.stdout = StreamTee(saved[0], "stdout", record)
     sys.stderr = StreamTee(saved[1], "stderr", record)
     try:
@@ -100,6 +104,18 @@ def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
             with suppress(Exception):
                 stream.flush()
         sys.stdout, sys.stderr = saved
+        _live.pop()
+
+
+def live_stderr() -> TextIO:
+    """The stderr the user sees, bypassing any recording: for progress lines.
+
+    Progress is about *this* run; replaying it on a restore would be noise.
+
+    >>> live_stderr() is sys.stderr
+    True
+    """
+    return _live[-1][1] if _live else sys.stderr
 
 
 def replay(

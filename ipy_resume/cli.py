@@ -11,9 +11,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import reports
+from . import reports, timeline
 from .engine import default_store_dir
 from .store import Store, StoreError
+from .store.journal import Journal
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "verify", parents=[common], help="check every signature and checksum; exit 1 on problems"
     )
+    stats = commands.add_parser(
+        "stats", parents=[common], help="checkpoints, bytes, hit rate, latencies, time saved"
+    )
+    stats.add_argument("--json", action="store_true", help="print JSON")
     demo = commands.add_parser(
         "demo", help="run the crash-and-resume story headless against a real kernel"
     )
@@ -65,11 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.json:
                 print(json.dumps([reports.record(m) for m in manifests], indent=2))
             else:
-                print(reports.table(manifests))
+                print(reports.table(manifests, Journal(root).events()))
         elif args.command == "show":
             manifest = reports.resolve(store.manifests(), args.target)
             details = reports.describe(manifest)
-            print(json.dumps(details, indent=2, default=str))
+            if args.json:
+                print(json.dumps(details, indent=2, default=str))
+            else:
+                print(reports.details_text(details))
         elif args.command == "verify":
             problems = store.verify()
             if problems:
@@ -78,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{len(problems)} problem(s) in {root}", file=sys.stderr)
                 return 1
             print(f"store {root} is sound")
+        elif args.command == "stats":
+            data = timeline.stats(root, store)
+            print(json.dumps(data, indent=2) if args.json else timeline.stats_text(data))
     except reports.TargetError as exc:
         print(f"ipy-resume: {exc}", file=sys.stderr)
         return 2

@@ -9,12 +9,14 @@ an IPython one, tests and the CLI a plain one.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import sqlite3
 import sys
 import time
 import uuid
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +29,7 @@ from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes
 from .store import SaveError, Store, StoreError
 from .store.fsio import atomic_write
+from .store.journal import Event, Journal
 
 FORMAT_VERSION = "1"
 ABSENT = "absent"
@@ -97,10 +100,40 @@ class Plan:
 class Outcome:
     """What ``Engine.run`` did, for callers that want more than the result value."""
 
-    status: str  # "restored" | "executed" | "incomplete" | "unsaved" | "uncached"
+    status: str  # one of journal.OUTCOMES
     checkpoint_id: str | None = None
     names: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
+    duration: float = 0.0  # run time (executed) or restore time (restored)
+    saved: float = 0.0  # time a restore saved
+    io: float = 0.0  # save or load time
+    bytes: int = 0
+    detail: str = ""
+
+
+@dataclass
+class ActiveCell:
+    """The ``%%checkpoint`` cell executing right now; ``resumable`` loops attach to it."""
+
+    engine: Engine
+    cell_id: str
+    key: str
+    namespace: MutableMapping[str, Any]
+    host: Host
+    loops: int = 0  # resumable loops started so far in this run
+
+
+_active: ActiveCell | None = None
+
+
+def active_cell() -> ActiveCell | None:
+    """The ``%%checkpoint`` cell being executed, or None outside one.
+
+    >>> active_cell() is None
+    True
+    """
+    return _active
 
 
 def default_store_dir() -> Path:
@@ -124,6 +157,52 @@ class Engine:
         self.store = store
         self.session = session or uuid.uuid4().hex[:12]
         self.last_outcome: Outcome | None = None
+        self.journal = Journal(store.root)
+        self.last_event: str | None = None  # parent of the next event
+        self.listeners: list[Callable[[Event], None]] = []
+        self._journal_warned = False
+
+    def record(
+        self,
+        outcome: Outcome,
+        cell_id: str,
+        host: Host | None = None,
+        parent: str | None = None,
+    ) -> Event | None:
+        """Append *outcome* to the timeline as a child of the previous event; tell listeners.
+
+        A journal failure costs the timeline one row, never the user's cell.
+        """
+        self.last_outcome = outcome
+        event = Event(
+            cell_id=cell_id,
+            session=self.session,
+            outcome=outcome.status,
+            checkpoint_id=outcome.checkpoint_id,
+            key=outcome.key,
+            parent=parent or self.last_event,
+            duration=outcome.duration,
+            saved=outcome.saved,
+            io=outcome.io,
+            bytes=outcome.bytes,
+            names=list(outcome.names),
+            detail=outcome.detail,
+        )
+        try:
+            self.journal.append(event)
+        except (OSError, sqlite3.Error) as exc:
+            if host is not None and not self._journal_warned:
+                host.message(
+                    f"{PREFIX}could not update the timeline in {self.journal.path} ({exc})"
+                )
+            self._journal_warned = True
+            return None
+        self.last_event = event.event_id
+        for listener in list(self.listeners):
+            # A frontend going away must not fail the cell.
+            with contextlib.suppress(Exception):
+                listener(event)
+        return event
 
     # ---- planning -------------------------------------------------------------------------
 
@@ -190,8 +269,12 @@ class Engine:
             if plan.problem:
                 host.message(f"{PREFIX}'{opts.cell_id}' will always execute: {plan.problem}")
             self._seed(plan)
+            started = time.perf_counter()
             result = host.run()
-            self.last_outcome = Outcome("uncached")
+            if plan.analysis is not None or plan.problem:
+                duration = time.perf_counter() - started
+                outcome = Outcome("uncached", duration=duration, detail=plan.problem or "")
+                self.record(outcome, opts.cell_id, host)
             return result.value if result.has_value else None
 
         if not opts.force:
@@ -259,7 +342,17 @@ class Engine:
                 f"in {_seconds(elapsed)} (the run took {_seconds(duration)}, "
                 f"saved {_seconds(max(duration - elapsed, 0.0))})"
             )
-        self.last_outcome = Outcome("restored", manifest.id, sorted(values))
+        outcome = Outcome(
+            "restored",
+            manifest.id,
+            sorted(values),
+            key=plan.key,
+            duration=elapsed,
+            saved=max(duration - elapsed, 0.0),
+            io=elapsed,
+            bytes=0,
+        )
+        self.record(outcome, opts.cell_id, host)
         has_result = bool(manifest.info.get("has_result"))
         return (extras.get("result") if has_result else None,)
 
@@ -275,7 +368,12 @@ class Engine:
         before = set(namespace)
         self._seed(plan)
         started = time.perf_counter()
-        result = host.run()  # the cell's own exception propagates: nothing is stored
+        global _active
+        outer, _active = _active, ActiveCell(self, opts.cell_id, plan.key, namespace, host)
+        try:
+            result = host.run()  # the cell's own exception propagates: nothing is stored
+        finally:
+            _active = outer
         duration = time.perf_counter() - started
         rng_state = rng.snapshot()
 
@@ -297,6 +395,12 @@ class Engine:
             "key_parts": plan.parts,
             "inputs": sorted(plan.input_digests),
             "outputs": sorted(names),
+            "output_summary": {
+                "stdout_chars": len(result.record.text("stdout")),
+                "stderr_chars": len(result.record.text("stderr")),
+                "displays": sum(1 for kind, _ in result.record.events if kind == "display"),
+                "has_result": result.has_value,
+            },
             "names": {name: summarize(value) for name, value in values.items()},
             "mutated": sorted(mutated),
             "deleted": sorted(deleted),
@@ -326,7 +430,10 @@ class Engine:
                     f"Your results are still in the kernel ({listed}); nothing was saved."
                 )
             host.message(PREFIX + text)
-            self.last_outcome = Outcome("unsaved", None, sorted(values))
+            outcome = Outcome(
+                "failed", None, sorted(values), key=plan.key, duration=duration, detail=str(exc)
+            )
+            self.record(outcome, opts.cell_id, host)
             return result.value if result.has_value else None
         failed = {**saved.failed, **missing_files}
         if failed:
@@ -344,7 +451,18 @@ class Engine:
                     f"{saved.manifest.id} ({_size(saved.bytes_written)} written in "
                     f"{_seconds(time.perf_counter() - save_started)})"
                 )
-        self.last_outcome = Outcome(status, saved.manifest.id, sorted(names), failed)
+        outcome = Outcome(
+            status,
+            saved.manifest.id,
+            sorted(names),
+            failed,
+            key=plan.key,
+            duration=duration,
+            io=time.perf_counter() - save_started,
+            bytes=saved.bytes_written,
+            detail="; ".join(f"{n}: {r}" for n, r in sorted(failed.items())),
+        )
+        self.record(outcome, opts.cell_id, host)
         return result.value if result.has_value else None
 
     # ---- helpers --------------------------------------------------------------------------

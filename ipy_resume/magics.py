@@ -6,7 +6,6 @@ module only knows how IPython runs code and shows output.
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from collections.abc import Iterator
@@ -16,17 +15,18 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import reports
+from . import reports, timeline
 from .capture import OutputRecord, replay, tee_streams
-from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
+from .engine import CheckpointOptions, Engine, Outcome, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
 from .store import Store, StoreError
+from .store.journal import Journal
 
 LINE_USAGE = (
-    "usage: %checkpoint list | show TARGET | verify   "
+    "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats   "
     "(TARGET = checkpoint id, unique id prefix, or CELL_ID)"
 )
 
@@ -63,6 +63,11 @@ class IPythonHost:
 
     def message(self, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
+
+
+def engine_events(store: Store) -> list[Any]:
+    """The timeline of *store* (empty when it has none yet)."""
+    return Journal(store.root).events()
 
 
 @contextmanager
@@ -235,18 +240,71 @@ class CheckpointMagics(Magics):
         store = self.engine().store
         try:
             if command == "list":
-                print(reports.table(store.manifests()))
+                print(reports.table(store.manifests(), engine_events(store)))
             elif command == "show":
                 if len(rest) != 1:
                     raise UsageError("usage: %checkpoint show TARGET")
                 manifest = reports.resolve(store.manifests(), rest[0])
-                print(json.dumps(reports.describe(manifest), indent=2, default=str))
+                print(reports.details_text(reports.describe(manifest)))
+            elif command == "restore":
+                if len(rest) != 1:
+                    raise UsageError("usage: %checkpoint restore TARGET")
+                self._restore(rest[0], resumed=False)
             elif command == "verify":
                 problems = store.verify()
                 print("\n".join(problems) if problems else f"store {store.root} is sound")
+            elif command == "stats":
+                print(timeline.stats_text(timeline.stats(store.root, store)))
             else:
                 raise UsageError(f"%checkpoint: unknown command '{command}'. {LINE_USAGE}")
         except reports.TargetError as exc:
             raise UsageError(str(exc)) from None
         except StoreError as exc:
             raise UsageError(f"%checkpoint {command}: {exc}") from None
+
+    def _restore(self, target: str, resumed: bool) -> dict[str, Any]:
+        """Restore the kernel to *target* and add the restore to the timeline."""
+        assert self.shell is not None
+        engine = self.engine()
+        report = timeline.restore(self.shell.user_ns, engine.store.root, target, engine.store)
+        outcome = Outcome(
+            "resumed",
+            report["checkpoint_id"],
+            report["restored"],
+            detail=("%resume" if resumed else "restore") + f" to {report['checkpoint_id']}",
+        )
+        engine.record(outcome, report["cell_id"], parent=report["event_id"])
+        print(f"ipy_resume: {report['message']}")
+        return report
+
+    @line_magic
+    def resume(self, line: str) -> None:
+        """Bring back the state of this store's latest checkpoint after a crash.
+
+        In a fresh kernel: ``%load_ext ipy_resume`` then ``%resume``. Every name
+        recorded by the checkpointed cells of the most recent kernel session takes
+        its value as of that session's last checkpoint, and the random generators
+        are where that cell left them.
+
+        Example::
+
+            %resume
+        """
+        if line.strip():
+            raise UsageError(
+                "%resume takes no arguments; use %checkpoint restore TARGET for others"
+            )
+        root = self.engine().store.root
+        try:
+            event = timeline.latest_session_event(root)
+            if event is None:
+                print(f"ipy_resume: nothing to resume: no checkpoints in {root}")
+                return
+            self._restore(event.event_id, resumed=True)
+        except reports.TargetError as exc:
+            raise UsageError(str(exc)) from None
+        except StoreError as exc:
+            raise UsageError(f"%resume: {exc}") from None
+        span = timeline.session_span(root, event.session)
+        if span:
+            print(f"ipy_resume: that kernel session ran {span}")

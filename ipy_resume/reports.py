@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .store import Manifest
+from .store.journal import Event
 
 
 class TargetError(LookupError):
@@ -55,6 +56,7 @@ def record(manifest: Manifest) -> dict[str, Any]:
         "duration": manifest.info.get("duration"),
         "names": sorted(manifest.values),
         "session": manifest.info.get("session"),
+        "kind": manifest.info.get("kind", "cell"),
     }
 
 
@@ -74,20 +76,37 @@ def describe(manifest: Manifest) -> dict[str, Any]:
         "names": names,
         "failed": manifest.failed,
         "deleted": manifest.info.get("deleted", []),
+        "outputs": manifest.info.get("output_summary", {}),
         "key_parts": manifest.info.get("key_parts", {}),
         "versions": manifest.versions,
     }
 
 
-def table(manifests: Sequence[Manifest]) -> str:
-    """A readable table of checkpoints, most recent last.
+def outcome_of(manifest: Manifest, events: Sequence[Event] = ()) -> str:
+    """The state column of ``list``: what happened to a checkpoint most recently.
+
+    >>> outcome_of(m, [])  # doctest: +SKIP
+    'executed'
+    """
+    loop = manifest.info.get("loop")
+    if isinstance(loop, dict):
+        total = loop.get("total")
+        return f"loop at {loop.get('position')}" + (f"/{total}" if total is not None else "")
+    used = [e for e in events if e.checkpoint_id == manifest.id]
+    restores = sum(1 for e in used if e.outcome == "restored")
+    state = "executed" if manifest.complete else "incomplete"
+    return f"{state}, restored {restores}x" if restores else state
+
+
+def table(manifests: Sequence[Manifest], events: Sequence[Event] = ()) -> str:
+    """A readable table of checkpoints, most recent last; *events* add restore counts.
 
     >>> print(table([]))
     no checkpoints yet
     """
     if not manifests:
         return "no checkpoints yet"
-    rows = [("id", "cell", "created", "duration", "size", "state")]
+    rows = [("id", "cell", "created (UTC)", "duration", "size", "outcome")]
     for m in manifests:
         duration = m.info.get("duration")
         rows.append(
@@ -97,7 +116,7 @@ def table(manifests: Sequence[Manifest]) -> str:
                 m.created.replace("T", " ")[:19],
                 "-" if duration is None else f"{float(duration):.2f} s",
                 human_size(m.bytes),
-                "complete" if m.complete else "incomplete",
+                outcome_of(m, events),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -119,3 +138,42 @@ def human_size(value: int) -> str:
             return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return f"{size:.1f} TB"
+
+
+def details_text(details: dict[str, Any]) -> str:
+    """``show`` for people: header, names with types/shapes/sizes, outputs, key parts.
+
+    >>> print(details_text(describe(m)))  # doctest: +SKIP
+    checkpoint 0190ab3f2a9c1d2e  cell 'train'  ...
+    """
+    lines = [
+        f"checkpoint {details['id']}  cell '{details['cell_id']}'  "
+        f"created {str(details['created']).replace('T', ' ')[:19]} UTC",
+        f"run took {float(details.get('duration') or 0):.2f} s; "
+        f"{human_size(int(details.get('bytes') or 0))} stored; "
+        f"{'complete' if details.get('complete') else 'incomplete'}",
+        "names:",
+    ]
+    for name, info in sorted(details.get("names", {}).items()):
+        shape = f" shape {tuple(info['shape'])}" if "shape" in info else ""
+        dtype = f" {info['dtype']}" if "dtype" in info else ""
+        size = info.get("bytes", info.get("stored_bytes", 0))
+        lines.append(f"  {name:<20} {info.get('type', '?')}{dtype}{shape}  {human_size(int(size))}")
+    for name in details.get("deleted", []):
+        lines.append(f"  {name:<20} (deleted)")
+    for name, reason in sorted(details.get("failed", {}).items()):
+        lines.append(f"  {name:<20} NOT STORED: {reason}")
+    outputs = details.get("outputs") or {}
+    if outputs:
+        lines.append(
+            f"outputs: {outputs.get('stdout_chars', 0)} chars stdout, "
+            f"{outputs.get('stderr_chars', 0)} chars stderr, {outputs.get('displays', 0)} displays, "
+            f"{'a' if outputs.get('has_result') else 'no'} result value"
+        )
+    lines.append("key parts:")
+    for part, digest in sorted(details.get("key_parts", {}).items()):
+        lines.append(f"  {part:<24} {str(digest)[:32]}")
+    versions = details.get("versions") or {}
+    if versions:
+        lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -319,7 +320,8 @@ def test_line_magic_list_and_show(
     shell.run_line_magic("checkpoint", "list")
     assert "listed" in capsys.readouterr().out
     shell.run_line_magic("checkpoint", "show listed")
-    assert '"value"' in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "cell 'listed'" in shown and re.search(r"^\s+value\s+int\b", shown, re.M)
     with pytest.raises(UsageError, match="no checkpoint matches"):
         shell.run_line_magic("checkpoint", "show nothing-like-this")
 

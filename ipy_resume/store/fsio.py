@@ -16,7 +16,7 @@ Fault injection
 ---------------
 The primitive operations are the module-level functions :func:`_open`,
 :func:`_write`, :func:`_fsync`, :func:`_replace`, :func:`_link`,
-:func:`_mkdir` and :func:`_unlink`.  They are looked up in this module's
+:func:`_mkdir`, :func:`_unlink` and :func:`_rmdir`.  They are looked up in this module's
 namespace at every call, so a test can wrap or replace them with
 ``monkeypatch.setattr(fsio, "_write", fake)`` to record the call order or to
 raise ``OSError(errno.ENOSPC, ...)`` at a chosen point.  ``_fsync`` is used for
@@ -52,6 +52,7 @@ __all__ = [
     "makedirs",
     "move",
     "remove",
+    "remove_empty_dir",
 ]
 
 TEMP_PREFIX = ".tmp-"
@@ -149,6 +150,10 @@ def _mkdir(path: str | os.PathLike[str], mode: int = 0o777) -> None:
 
 def _unlink(path: str | os.PathLike[str]) -> None:
     os.unlink(path)
+
+
+def _rmdir(path: str | os.PathLike[str]) -> None:
+    os.rmdir(path)
 
 
 # ---------------------------------------------------------------------------
@@ -278,7 +283,10 @@ def _publish_exclusive(temp: Path, target: Path) -> None:
             raise FileExistsError(errno.EEXIST, "file exists", str(target)) from exc
         _replace(temp, target)
         return
-    _unlink(temp)
+    # The target is published: a failure to drop the temporary name must not turn
+    # a successful commit into an error.  A leftover temp file is removed by gc.
+    with contextlib.suppress(OSError):
+        _unlink(temp)
 
 
 def move(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
@@ -300,3 +308,18 @@ def remove(path: str | os.PathLike[str], *, missing_ok: bool = True) -> None:
             raise
         return
     fsync_dir(p.parent)
+
+
+def remove_empty_dir(path: str | os.PathLike[str]) -> bool:
+    """Remove folder *path* if it is empty; True when it was removed.
+
+    >>> remove_empty_dir("/tmp/surely-not-empty-or-missing")
+    False
+    """
+    p = Path(path)
+    try:
+        _rmdir(p)
+    except OSError:  # not empty, gone, or not ours: leave it
+        return False
+    fsync_dir(p.parent)
+    return True

@@ -20,8 +20,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import fsio
+
 JOURNAL_FILE = "journal.sqlite"
-OUTCOMES = ("executed", "restored", "incomplete", "unsaved", "failed", "uncached")
+# failed = executed but could not be saved; uncached = executed without a key (see detail);
+# resumed = the start of a kernel session brought back by %resume or a timeline restore.
+OUTCOMES = ("executed", "restored", "incomplete", "failed", "uncached", "resumed")
 _BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -37,6 +41,7 @@ CREATE TABLE IF NOT EXISTS events (
     created TEXT NOT NULL,
     duration REAL NOT NULL DEFAULT 0,
     saved REAL NOT NULL DEFAULT 0,
+    io REAL NOT NULL DEFAULT 0,
     bytes INTEGER NOT NULL DEFAULT 0,
     names TEXT NOT NULL DEFAULT '[]',
     outcome TEXT NOT NULL,
@@ -52,7 +57,8 @@ class Event:
     """One row of the timeline.
 
     ``duration`` is the run time for an execution and the restore time for a
-    restore; ``saved`` is the time a restore saved (run time minus restore time).
+    restore; ``saved`` is the time a restore saved (run time minus restore time);
+    ``io`` is the time spent saving (executions) or loading (restores).
 
     >>> Event(cell_id="train", session="s1", outcome="executed").outcome
     'executed'
@@ -67,6 +73,7 @@ class Event:
     started: float = field(default_factory=time.time)
     duration: float = 0.0
     saved: float = 0.0
+    io: float = 0.0
     bytes: int = 0
     names: list[str] = field(default_factory=list)
     detail: str = ""
@@ -103,7 +110,7 @@ class Journal:
             yield None
             return
         if create:
-            self.root.mkdir(parents=True, exist_ok=True)
+            fsio.makedirs(self.root)
         conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
         with closing(conn):
             conn.execute("PRAGMA journal_mode=WAL")
@@ -117,8 +124,8 @@ class Journal:
             assert conn is not None
             cursor = conn.execute(
                 "INSERT INTO events (event_id, checkpoint_id, cell_id, key, parent, session,"
-                " started, created, duration, saved, bytes, names, outcome, detail)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " started, created, duration, saved, io, bytes, names, outcome, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     event.event_id,
                     event.checkpoint_id,
@@ -130,6 +137,7 @@ class Journal:
                     event.created,
                     event.duration,
                     event.saved,
+                    event.io,
                     event.bytes,
                     json.dumps(sorted(event.names)),
                     event.outcome,
@@ -199,6 +207,7 @@ def _row_to_event(row: sqlite3.Row) -> Event:
         started=row["started"],
         duration=row["duration"],
         saved=row["saved"],
+        io=row["io"],
         bytes=row["bytes"],
         names=list(json.loads(row["names"])),
         detail=row["detail"],
