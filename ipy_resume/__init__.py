@@ -7,10 +7,29 @@ later runs with the same code and inputs restore it instead.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    "__version__",
+    "load_ipython_extension",
+    "resumable",
+    "timeline",
+    "unload_ipython_extension",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so ``import ipy_resume`` stays cheap for jupyter's extension discovery.
+    if name == "resumable":
+        from .loop import resumable
+
+        return resumable
+    if name == "timeline":
+        # The submodule is callable: ``timeline()`` returns the widget.
+        return importlib.import_module("ipy_resume.timeline")
+    raise AttributeError(f"module 'ipy_resume' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: Any) -> None:
