@@ -74,6 +74,7 @@ import types
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import xxhash
@@ -201,6 +202,7 @@ def _reason(exc: BaseException) -> str:
 _PYTHON = f"{platform.python_implementation()}-{platform.python_version()}"
 _STDLIB = frozenset(sys.stdlib_module_names) | {"builtins", "__main__"}
 _DIST_VERSIONS: dict[str, str] = {}
+_LOCAL_SOURCE_FILES_MAX = 500
 
 
 def _package_version(module_name: str) -> str:
@@ -220,7 +222,35 @@ def _package_version(module_name: str) -> str:
     cached = _DIST_VERSIONS.get(top)
     if cached is None:
         cached = _DIST_VERSIONS[top] = _metadata_version(top)
+    if cached == "unknown":
+        # A helper module next to the notebook has no version: its source files stand in
+        # for one, so editing it invalidates the cells that use it.
+        return _local_source_version(module) or cached
     return cached
+
+
+_SOURCE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _local_source_version(module: object) -> str | None:
+    """``local:<digest>`` of a module's .py files (a package: all of them), or None."""
+    filename = getattr(module, "__file__", None)
+    if not isinstance(filename, str) or not filename.endswith(".py"):
+        return None
+    path = Path(filename)
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    parts: list[bytes] = []
+    for file in files[:_LOCAL_SOURCE_FILES_MAX]:
+        try:
+            stat = file.stat()
+            cache_key = (str(file), stat.st_mtime_ns, stat.st_size)
+            digest = _SOURCE_DIGESTS.get(cache_key)
+            if digest is None:
+                digest = _SOURCE_DIGESTS[cache_key] = xxhash.xxh3_128_hexdigest(file.read_bytes())
+        except OSError:
+            continue
+        parts.append(f"{file.relative_to(path.parent)}={digest}".encode())
+    return "local:" + xxhash.xxh3_128_hexdigest(b"\n".join(parts)) if parts else None
 
 
 @functools.cache

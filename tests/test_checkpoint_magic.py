@@ -335,3 +335,26 @@ def test_unfingerprintable_input_always_executes(
     run(counted, cell)
     assert executions(counted, "un") == 2
     assert "'gen' cannot be fingerprinted" in capsys.readouterr().err
+
+
+def test_editing_a_local_helper_module_executes_again(
+    counted: InteractiveShell, isolated: Path
+) -> None:
+    import importlib
+    import sys
+
+    (isolated / "helpers_for_test.py").write_text("def f(v):\n    return v + 1\n")
+    sys.path.insert(0, str(isolated))
+    try:
+        run(counted, "import helpers_for_test")
+        cell = counting_cell("local", "y = helpers_for_test.f(1)", "--ignore runs")
+        run(counted, cell)
+        run(counted, cell)
+        assert executions(counted, "local") == 1
+        (isolated / "helpers_for_test.py").write_text("def f(v):\n    return v + 100\n")
+        importlib.reload(sys.modules["helpers_for_test"])
+        run(counted, cell)
+        assert executions(counted, "local") == 2 and counted.user_ns["y"] == 101
+    finally:
+        sys.path.remove(str(isolated))
+        sys.modules.pop("helpers_for_test", None)
