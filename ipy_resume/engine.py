@@ -298,8 +298,9 @@ class Engine:
             manifest = self.store.find(opts.cell_id, plan.key)
             if manifest is None:
                 return None
-            values = self.store.load_values(manifest)
-            extras = self.store.load_extras(manifest)
+            cache: dict[str, Any] = {}  # values and extras share their pack blob
+            values = self.store.load_values(manifest, cache=cache)
+            extras = self.store.load_extras(manifest, cache=cache)
         except StoreError as exc:
             host.message(f"{PREFIX}{exc}")
             host.message(f"{PREFIX}'{opts.cell_id}' will be executed instead.")

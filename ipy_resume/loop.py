@@ -130,8 +130,9 @@ class _LoopRun:
             manifest = store.find(self.cell.cell_id, self.key)
             if manifest is None:
                 return 0
-            values = store.load_values(manifest)
-            extras = store.load_extras(manifest)
+            cache: dict[str, Any] = {}
+            values = store.load_values(manifest, cache=cache)
+            extras = store.load_extras(manifest, cache=cache)
         except StoreError as exc:
             self._say(f"{exc}; the loop starts from the beginning.")
             return 0

@@ -223,8 +223,9 @@ def restore(
     """
     store = store or Store(root)
     plan = plan_restore(store, target, namespace.keys())
-    values = load_lazily(store, plan.sources)
-    extras = store.load_extras(plan.target)
+    cache: dict[str, Any] = {}
+    values = load_lazily(store, plan.sources, cache)
+    extras = store.load_extras(plan.target, cache)
     namespace.update(values)
     for name in plan.remove + plan.deleted:
         namespace.pop(name, None)
@@ -250,7 +251,9 @@ def restore(
     }
 
 
-def load_lazily(store: Store, sources: dict[str, Manifest]) -> dict[str, Any]:
+def load_lazily(
+    store: Store, sources: dict[str, Manifest], cache: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Load each name from its manifest, one call per manifest, each blob once.
 
     Two names that reference the same stored bytes (a deduplicated array) get one
@@ -271,7 +274,7 @@ def load_lazily(store: Store, sources: dict[str, Manifest]) -> dict[str, Any]:
         manifests[manifest.id] = manifest
     values: dict[str, Any] = {}
     for manifest_id, names in by_manifest.items():
-        values.update(store.load_values(manifests[manifest_id], names))
+        values.update(store.load_values(manifests[manifest_id], names, cache))
     for name, original in aliases.items():
         values[name] = values[original]
     return values

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -123,6 +124,8 @@ def loop_run(tmp_path: Path, kill_at_7: bool) -> tuple[dict[int, dict[str, float
         assert out.status == "ok", out.error
         if kill_at_7:
             assert "resuming loop 0 of 'loop' at iteration 7 of 10" in out.stderr
+        # The progress line: position, rate and the last save.
+        assert re.search(r"loop 10/10 +[0-9.]+ it/s +last save at 10", out.stderr), out.stderr
         final = kernel.run("print(repr((history, total)))").stdout
     starts = {
         int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in tmp_path.glob("iter-*.json")

@@ -193,3 +193,26 @@ def test_resumable_rejects_bad_every(every: object) -> None:
 
     with pytest.raises(ValueError, match="every"):
         list(resumable(range(2), every=every))  # type: ignore[arg-type]
+
+
+def test_restore_loads_each_blob_once(shell: InteractiveShell, isolated: Path) -> None:
+    # Two checkpoints hold the same 1 MB array (stored once); restoring the later one
+    # needs both, and must read that blob a single time.
+    run(shell, "%%checkpoint a\nimport numpy as np\nbig = np.ones(131072)\nx = 1")
+    run(shell, "%%checkpoint b\nsame = big.copy()\ny = 2")
+    store = Store(isolated / "store")
+    reads: list[str] = []
+    original = store.blobs.read
+
+    def counting(address: str, *args: object, **kwargs: object) -> object:
+        reads.append(address)
+        return original(address, *args, **kwargs)
+
+    store.blobs.read = counting  # type: ignore[method-assign]
+    from ipy_resume import timeline
+
+    namespace: dict[str, object] = {}
+    report = timeline.restore(namespace, isolated / "store", "b", store)
+    assert set(report["restored"]) == {"np", "big", "x", "same", "y"}
+    np.testing.assert_array_equal(namespace["same"], np.ones(131072))
+    assert len(reads) == len(set(reads)), reads
