@@ -16,7 +16,9 @@ from ipy_resume.store.fsio import (
     StoreError,
     Untrusted,
 )
+from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import FORMAT_VERSION, BlobRef, Manifest
+from ipy_resume.store.retention import GcReport, parse_size
 from ipy_resume.store.signing import KeyFileError, default_key_path, load_or_create_key
 from ipy_resume.store.store import DecodeError, SaveResult, Store
 
@@ -26,6 +28,7 @@ __all__ = [
     "CorruptBlob",
     "DecodeError",
     "FormatTooNew",
+    "GcReport",
     "KeyFileError",
     "Manifest",
     "ManifestError",
@@ -34,7 +37,9 @@ __all__ = [
     "SaveResult",
     "Store",
     "StoreError",
+    "StoreLocked",
     "Untrusted",
     "default_key_path",
     "load_or_create_key",
+    "parse_size",
 ]

@@ -15,6 +15,7 @@ GIL), before anything is decoded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -162,12 +163,17 @@ class BlobStore:
         except FileNotFoundError:
             return False
 
-    def put(self, address: str, chunks: Iterable[Any], size: int) -> int:
+    def put(self, address: str, chunks: Iterable[Any], size: int, *, touch: bool = False) -> int:
         """Store the concatenation of *chunks* (which must hash to *address*).
 
         Returns the number of bytes written: 0 when an equal-sized file exists.
+        *touch* refreshes the modification time of such a file, so that a ``gc``
+        running without a lock spares it (its grace period counts from now).
         """
         if self.exists(address, size):
+            if touch:
+                with contextlib.suppress(OSError):
+                    os.utime(self.path(address))
             return 0
         path = self.path(address)
         fsio.makedirs(path.parent)

@@ -42,7 +42,7 @@ try:  # POSIX only
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_FILE", "StoreLocked", "holders", "hold", "owner"]
+__all__ = ["LOCK_FILE", "StoreLocked", "hold", "holders", "owner"]
 
 LOCK_FILE = "lock"
 """Name of the lock file in the store folder (never removed; its content is advisory)."""

@@ -310,6 +310,12 @@ def encode(manifest: Manifest, key: bytes) -> bytes:
     doc = manifest.to_json()
     manifest.signature = signing.sign(key, canonical_json(doc))
     doc["signature"] = manifest.signature
+    return _file_bytes(doc)
+
+
+def _file_bytes(doc: Mapping[str, Any]) -> bytes:
+    # The one layout a manifest file may have: reading insists on it byte for byte,
+    # so a change anywhere in the file, even in whitespace, is detected.
     text = json.dumps(doc, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False)
     return text.encode("utf-8") + b"\n"
 
@@ -406,7 +412,15 @@ def decode(
             path=rel,
         )
     doc["signature"] = signature
-    return _build(doc, path, rel)
+    built = _build(doc, path, rel)
+    if data != _file_bytes(doc):
+        raise ManifestError(
+            f"{what} in {rel} was altered (its bytes differ from the signed layout, though "
+            "its content is intact); it is ignored and the cell will execute again. "
+            "Run 'ipy-resume verify' to list others.",
+            path=rel,
+        )
+    return built
 
 
 def read(

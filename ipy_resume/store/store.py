@@ -15,6 +15,7 @@ complete one.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ipy_resume.store import blobs, codecs, fsio, manifest, signing
+from ipy_resume.store import blobs, codecs, fsio, lock, manifest, retention, signing
 from ipy_resume.store.blobs import SHA256, XXH3, BlobStore
 from ipy_resume.store.fsio import (
     FormatTooNew,
@@ -36,7 +37,9 @@ from ipy_resume.store.fsio import (
     SaveError,
     StoreError,
 )
+from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import FORMAT_VERSION, BlobRef, Manifest
+from ipy_resume.store.retention import GcReport
 
 __all__ = ["PACK_TARGET", "PACK_VALUE_MAX", "DecodeError", "SaveResult", "Store"]
 
@@ -108,8 +111,9 @@ def _check_cell_id(cell_id: str) -> None:
 class _Writer:
     """Turns the values of one save into blobs, tracking refs and bytes written."""
 
-    def __init__(self, store: BlobStore) -> None:
+    def __init__(self, store: BlobStore, touch: bool = False) -> None:
         self.blobs = store
+        self.touch = touch  # refresh the mtime of deduped blobs (no lock: gc's grace rule)
         self.bytes_written = 0
         self.current: Path | None = None  # the file being written, for error messages
         self.refs: dict[str, BlobRef] = {}
@@ -119,7 +123,7 @@ class _Writer:
 
     def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
         self.current = self.blobs.path(address)
-        self.bytes_written += self.blobs.put(address, chunks, size)
+        self.bytes_written += self.blobs.put(address, chunks, size, touch=self.touch)
         self.current = None
 
     def add(self, slot: str, value: object) -> None:
@@ -188,6 +192,9 @@ class Store:
     :func:`signing.load_or_create_key`.
     """
 
+    lock_timeout: float = 120.0
+    """Seconds a save waits for a running ``gc`` before giving up (values stay in memory)."""
+
     def __init__(self, root: str | os.PathLike[str], key: bytes | None = None) -> None:
         self.root = Path(root)
         self.key = signing.load_or_create_key() if key is None else bytes(key)
@@ -217,7 +224,13 @@ class Store:
                     "seed_base": secrets.randbits(63),
                 }
                 try:
-                    with fsio.atomic_write(path, exclusive=True) as f:
+                    # under the shared lock: gc must not take our temp file for a leftover
+                    with (
+                        lock.hold(
+                            self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"
+                        ),
+                        fsio.atomic_write(path, exclusive=True) as f,
+                    ):
                         f.write(json.dumps(doc, indent=1).encode("utf-8") + b"\n")
                 except FileExistsError:
                     pass  # another process created it first: use theirs
@@ -300,33 +313,46 @@ class Store:
         writer = _Writer(self.blobs)
         try:
             self._store_info()
-            fsio.makedirs(self.blobs.objects)
-            for section, mapping in (("v", values), ("x", extras)):
-                for name, value in mapping.items():
-                    try:
-                        writer.add(f"{section}:{name}", value)
-                    except codecs.EncodeError as exc:
-                        label = name if section == "v" else EXTRA_PREFIX + name
-                        failed[label] = str(exc)
-            writer.flush()
-            value_refs = {n: writer.refs[f"v:{n}"] for n in values if f"v:{n}" in writer.refs}
-            extra_refs = {n: writer.refs[f"x:{n}"] for n in extras if f"x:{n}" in writer.refs}
-            m = Manifest(
-                id=manifest.new_checkpoint_id(),
-                cell_id=cell_id,
-                key=key,
-                created=manifest.now_iso(),
-                complete=bool(complete) and not failed,
-                values=value_refs,
-                extras=extra_refs,
-                failed=dict(failed),
-                info=info_doc,
-                versions=_versions(),
-                bytes=0,
-                bytes_written=writer.bytes_written,
-            )
-            m.bytes = sum(r.size for r in m.blob_refs())
-            manifest_bytes = self._commit(m, writer)
+            # Shared with other saves, exclusive of gc: from the first "this blob exists,
+            # skip it" to the committed manifest, no gc may delete what we rely on.
+            with lock.hold(
+                self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"
+            ) as locked:
+                writer.touch = not locked
+                fsio.makedirs(self.blobs.objects)
+                for section, mapping in (("v", values), ("x", extras)):
+                    for name, value in mapping.items():
+                        try:
+                            writer.add(f"{section}:{name}", value)
+                        except codecs.EncodeError as exc:
+                            label = name if section == "v" else EXTRA_PREFIX + name
+                            failed[label] = str(exc)
+                writer.flush()
+                value_refs = {n: writer.refs[f"v:{n}"] for n in values if f"v:{n}" in writer.refs}
+                extra_refs = {n: writer.refs[f"x:{n}"] for n in extras if f"x:{n}" in writer.refs}
+                m = Manifest(
+                    id=manifest.new_checkpoint_id(),
+                    cell_id=cell_id,
+                    key=key,
+                    created=manifest.now_iso(),
+                    complete=bool(complete) and not failed,
+                    values=value_refs,
+                    extras=extra_refs,
+                    failed=dict(failed),
+                    info=info_doc,
+                    versions=_versions(),
+                    bytes=0,
+                    bytes_written=writer.bytes_written,
+                )
+                m.bytes = sum(r.size for r in m.blob_refs())
+                manifest_bytes = self._commit(m, writer)
+        except StoreLocked as exc:
+            cell = " ".join(cell_id.split())
+            raise StoreLocked(
+                f"could not save checkpoint '{cell}': {exc} Nothing was committed and the "
+                "values are still in memory; run the cell again once the store is free.",
+                path=exc.path,
+            ) from exc
         except OSError as exc:
             raise self._save_error(cell_id, exc, writer.current) from exc
         return SaveResult(m, failed, writer.bytes_written + manifest_bytes)
@@ -345,10 +371,26 @@ class Store:
             except FileExistsError:  # same id from another process in the same ms
                 m.id = manifest.new_checkpoint_id()
                 continue
+            except OSError:
+                # Published but not durable (the folder fsync failed): take it back, so
+                # "nothing was committed" in the error message stays true.
+                self._withdraw(path, data)
+                raise
             m.path = path
             writer.current = None
             return len(data)
         raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
+
+    @staticmethod
+    def _withdraw(path: Path, data: bytes) -> None:
+        try:
+            if path.read_bytes() != data:
+                return  # not ours
+        except OSError:
+            return
+        # if it cannot be removed it is a sound checkpoint, merely not known to be durable
+        with contextlib.suppress(OSError):
+            fsio.remove(path)
 
     def _save_error(self, cell_id: str, exc: OSError, where: Path | None) -> SaveError:
         code = errno.errorcode.get(exc.errno or 0, "")
@@ -463,7 +505,10 @@ class Store:
     # -- loading -------------------------------------------------------------
 
     def load_values(
-        self, manifest: Manifest, names: Iterable[str] | None = None
+        self,
+        manifest: Manifest,
+        names: Iterable[str] | None = None,
+        cache: dict[str, np.ndarray] | None = None,
     ) -> dict[str, object]:
         """The values of a verified checkpoint (all of them, or *names*).
 
@@ -474,12 +519,18 @@ class Store:
         for name in wanted:
             if name not in manifest.values:
                 raise KeyError(f"{manifest.describe()} has no value named {name!r}")
-        cache: dict[str, np.ndarray] = {}
+        cache = {} if cache is None else cache
         return {n: self._decode(manifest, n, manifest.values[n], cache) for n in wanted}
 
-    def load_extras(self, manifest: Manifest) -> dict[str, object]:
-        """The extras of a verified checkpoint (verified like values)."""
-        cache: dict[str, np.ndarray] = {}
+    def load_extras(
+        self, manifest: Manifest, cache: dict[str, np.ndarray] | None = None
+    ) -> dict[str, object]:
+        """The extras of a verified checkpoint (verified like values).
+
+        Pass the same *cache* (blob address → verified bytes) to several loads so a
+        blob shared between them is read and verified once.
+        """
+        cache = {} if cache is None else cache
         return {n: self._decode(manifest, n, r, cache) for n, r in manifest.extras.items()}
 
     def _blob(self, m: Manifest, ref: BlobRef, cache: dict[str, np.ndarray]) -> np.ndarray:
@@ -547,16 +598,63 @@ class Store:
                     )
         return problems
 
-    def trust(self) -> int:
-        """Re-sign every readable manifest under this store's key; returns how many.
+    def trust(self, problems: list[str] | None = None) -> int:
+        """Adopt a store written under another key: re-sign manifests whose blobs verify.
 
-        This adopts a store written under another key (``ipy-resume trust``).
+        Each manifest is parsed without trusting it, every blob it references is
+        checked against its checksum, and only then is it re-signed under this
+        store's key.  Manifests with a bad, missing or altered blob, unreadable
+        ones and newer formats are left as they are and described in *problems*.
+        Returns how many manifests were re-signed.
+
+        >>> Store("shared-store").trust()  # doctest: +SKIP
+        12
         """
+        problems = [] if problems is None else problems
         count = 0
-        for path in self._manifest_paths(self._all_cell_dirs()):
-            try:
+        if not self.root.is_dir():
+            return 0
+        with lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="trust"):
+            for path in self._manifest_paths(self._all_cell_dirs()):
+                rel = self._rel(path)
+                try:
+                    doc = manifest._parse(path.read_bytes(), rel)
+                    doc.pop("signature", None)
+                    m = manifest._build(doc, path, rel)
+                except FileNotFoundError:
+                    continue
+                except StoreError as exc:
+                    problems.append(f"not adopted: {exc}")
+                    continue
+                bad = [
+                    f"{self.blobs.relpath(r.blob)} {problem}"
+                    for r in m.blob_refs()
+                    if (problem := self.blobs.check(r.blob, r.algo, r.checksum, r.size))
+                ]
+                if bad:
+                    problems.append(
+                        f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + "."
+                    )
+                    continue
                 manifest.resign(path, self.key, root=self.root)
-            except (FileNotFoundError, StoreError):
-                continue
-            count += 1
+                count += 1
         return count
+
+    def gc(
+        self,
+        *,
+        keep_last: int | None = None,
+        max_size: int | None = None,
+        grace: float | None = None,
+        timeout: float = 60.0,
+    ) -> GcReport:
+        """Apply retention and remove unreferenced blobs, temp files and quarantine.
+
+        See :mod:`ipy_resume.store.retention` for the rules.
+
+        >>> print(Store("s").gc(keep_last=3).summary())  # doctest: +SKIP
+        removed 4 checkpoint(s) of 'train', kept 3 ...
+        """
+        return retention.collect(
+            self, keep_last=keep_last, max_size=max_size, grace=grace, timeout=timeout
+        )

@@ -1,0 +1,445 @@
+"""``gc``: retention by count and size, and removal of everything unreferenced.
+
+What ``gc`` removes, in this order (so a crash at any point leaves a sound
+store, at worst with orphans for the next ``gc``):
+
+1. checkpoints dropped by the retention rules (their manifests);
+2. unreadable manifests (bad JSON or structure: they can never be restored);
+3. blobs no kept manifest refers to;
+4. temporary files left by interrupted writes (``.tmp-*``);
+5. everything in ``quarantine/``;
+6. folders left empty.
+
+Retention rules, applied only to checkpoints signed under the user's key:
+
+* ``keep_last=N`` keeps the N newest checkpoints **of each CELL_ID** (all keys
+  of a cell together, complete or not) and removes the older ones.  Per cell is
+  the useful reading: a store-wide count would let one busy loop evict every
+  other cell's only checkpoint.
+* ``max_size=BYTES`` then removes the oldest remaining checkpoints, store-wide,
+  until the blobs and manifests still referenced fit in BYTES.  It never
+  removes the newest checkpoint of a CELL_ID (that is what a restart resumes
+  from); when the budget cannot be met without doing so, the report says so.
+
+Blobs shared by several checkpoints are freed only when the last checkpoint
+referring to them goes.  Manifests written under another key (or unsigned,
+or tampered) are never removed and their blobs are kept: the user may still
+adopt the store with ``ipy-resume trust``.  When a manifest of a newer format
+is present no blob is removed at all, because this version cannot know which
+blobs it refers to.
+
+``gc`` runs under the exclusive store lock (see :mod:`.lock`), so it never
+deletes a blob a concurrent save is about to commit a manifest for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ipy_resume.store import blobs, fsio, lock, manifest
+from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
+from ipy_resume.store.manifest import Manifest
+
+if TYPE_CHECKING:
+    from ipy_resume.store.store import Store
+
+__all__ = [
+    "GcReport",
+    "collect",
+    "count_argument",
+    "format_size",
+    "parse_gc_words",
+    "parse_size",
+    "size_argument",
+]
+
+UNLOCKED_GRACE = 3600.0
+"""Without a working lock, unreferenced files younger than this (seconds) are spared."""
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size such as ``500M``, ``2G``, ``1.5GB``, ``800k`` or ``12345`` (binary units).
+
+    >>> parse_size("500M"), parse_size("2G"), parse_size("1024")
+    (524288000, 2147483648, 1024)
+    """
+    match = _SIZE.fullmatch(text)
+    if not match or (match.group(3) and not match.group(2) and match.group(3).lower() != "b"):
+        raise ValueError(f"bad size {text!r}: give a number with an optional K, M, G or T")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def size_argument(text: str) -> int:
+    """:func:`parse_size` for argparse (a bad size is a usage error).
+
+    >>> size_argument("2G")
+    2147483648
+    """
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def count_argument(text: str) -> int:
+    """A ``--keep-last`` count for argparse: an integer of at least 1.
+
+    >>> count_argument("3")
+    3
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"--keep-last needs a whole number of at least 1, got {text!r}"
+        )
+    return value
+
+
+def parse_gc_words(words: list[str]) -> tuple[int | None, int | None]:
+    """``(keep_last, max_size)`` from ``%checkpoint gc`` words; ValueError with usage on a mistake.
+
+    >>> parse_gc_words(["--keep-last", "3", "--max-size", "1G"])
+    (3, 1073741824)
+    """
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:  # a usage mistake, not an exit
+            raise ValueError(f"%checkpoint gc: {message}. {GC_USAGE}")
+
+    parser = _Parser(prog="%checkpoint gc", add_help=False)
+    parser.add_argument("--keep-last", type=count_argument, default=None)
+    parser.add_argument("--max-size", type=size_argument, default=None)
+    args = parser.parse_args(words)
+    return args.keep_last, args.max_size
+
+
+GC_USAGE = "usage: %checkpoint gc [--keep-last N] [--max-size SIZE]   (SIZE like 500M, 2G)"
+
+
+def format_size(value: int) -> str:
+    """A short binary size: ``1.5 MiB``.
+
+    >>> format_size(1536)
+    '1.5 KiB'
+    """
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # pragma: no cover
+
+
+@dataclass
+class GcReport:
+    """What one ``gc`` removed and kept.  ``freed`` is the total bytes removed.
+
+    >>> GcReport().freed
+    0
+    """
+
+    removed_checkpoints: list[tuple[str, str]] = field(default_factory=list)  # (id, cell_id)
+    kept_checkpoints: int = 0
+    checkpoint_bytes: int = 0  # manifest bytes removed
+    removed_blobs: int = 0
+    blob_bytes: int = 0
+    removed_temp: int = 0
+    temp_bytes: int = 0
+    removed_quarantine: int = 0
+    quarantine_bytes: int = 0
+    removed_unreadable: list[str] = field(default_factory=list)  # relative paths
+    untrusted_kept: int = 0
+    size_after: int = 0  # bytes of kept manifests and the blobs they reference
+    locked: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def freed(self) -> int:
+        return self.checkpoint_bytes + self.blob_bytes + self.temp_bytes + self.quarantine_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of the report."""
+        return {
+            "removed_checkpoints": [{"id": i, "cell_id": c} for i, c in self.removed_checkpoints],
+            "kept_checkpoints": self.kept_checkpoints,
+            "removed_blobs": self.removed_blobs,
+            "removed_temp": self.removed_temp,
+            "removed_quarantine": self.removed_quarantine,
+            "removed_unreadable": list(self.removed_unreadable),
+            "untrusted_kept": self.untrusted_kept,
+            "freed": self.freed,
+            "size_after": self.size_after,
+            "notes": list(self.notes),
+        }
+
+    def summary(self) -> str:
+        """Lines for a terminal."""
+        cells = sorted({c for _, c in self.removed_checkpoints})
+        lines = [
+            f"removed {len(self.removed_checkpoints)} checkpoint(s)"
+            + (f" of {', '.join(repr(c) for c in cells)}" if cells else "")
+            + f", kept {self.kept_checkpoints}",
+            f"removed {self.removed_blobs} unreferenced blob(s) "
+            f"({format_size(self.blob_bytes)}), {self.removed_temp} temporary file(s) "
+            f"({format_size(self.temp_bytes)}), {self.removed_quarantine} quarantined file(s) "
+            f"({format_size(self.quarantine_bytes)})",
+        ]
+        if self.removed_unreadable:
+            lines.append(
+                f"removed {len(self.removed_unreadable)} unreadable manifest(s): "
+                + ", ".join(self.removed_unreadable)
+            )
+        if self.untrusted_kept:
+            lines.append(
+                f"kept {self.untrusted_kept} checkpoint(s) not signed under your key and their "
+                "blobs (adopt them with 'ipy-resume trust', or delete them by hand)"
+            )
+        lines.extend(self.notes)
+        lines.append(
+            f"freed {format_size(self.freed)}; the store now holds {format_size(self.size_after)}"
+        )
+        return "\n".join(lines)
+
+
+@dataclass
+class _Scan:
+    trusted: list[Manifest] = field(default_factory=list)
+    sizes: dict[Path, int] = field(default_factory=dict)  # manifest path -> bytes
+    pinned: set[str] = field(default_factory=set)  # blobs of manifests retention never drops
+    unreadable: list[Path] = field(default_factory=list)
+    untrusted: int = 0
+    newer: list[str] = field(default_factory=list)
+
+
+def _scan(store: Store) -> _Scan:
+    scan = _Scan()
+    for path in store._manifest_paths(store._all_cell_dirs()):
+        rel = store._rel(path)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        scan.sizes[path] = len(data)
+        try:
+            m = manifest.decode(data, store.key, rel=rel, store=str(store.root), path=path)
+        except FormatTooNew:
+            scan.newer.append(rel)
+            continue
+        except Untrusted:
+            scan.untrusted += 1
+            try:  # its blob list, read without trusting it (no value is decoded)
+                doc = manifest._parse(data, rel)
+                doc.pop("signature", None)
+                foreign = manifest._build(doc, path, rel)
+            except StoreError:
+                continue
+            scan.pinned.update(r.blob for r in foreign.blob_refs())
+            continue
+        except ManifestError:
+            scan.unreadable.append(path)
+            continue
+        if store._misfiled(m, m.cell_id, m.key) is not None or path.parent != store._key_dir(
+            m.cell_id, m.key
+        ):
+            scan.untrusted += 1  # misfiled: never restored, but not ours to judge
+            scan.pinned.update(r.blob for r in m.blob_refs())
+            continue
+        scan.trusted.append(m)
+    return scan
+
+
+def _blob_files(store: Store) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    try:
+        fans = sorted(os.listdir(store.blobs.objects))
+    except FileNotFoundError:
+        return found
+    for fan in fans:
+        folder = store.blobs.objects / fan
+        try:
+            names = os.listdir(folder)
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        for name in names:
+            if blobs.valid_address(fan + name):
+                found[fan + name] = folder / name
+    return found
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _old_enough(path: Path, grace: float, now: float) -> bool:
+    if grace <= 0:
+        return True
+    try:
+        return now - path.stat().st_mtime >= grace
+    except OSError:
+        return False
+
+
+def _retain(
+    scan: _Scan, keep_last: int | None, max_size: int | None, blob_sizes: dict[str, int]
+) -> tuple[list[Manifest], list[Manifest], list[str]]:
+    """Split trusted manifests into (kept, removed) and say where max_size could not be met."""
+    by_cell: dict[str, list[Manifest]] = defaultdict(list)
+    for m in scan.trusted:
+        by_cell[m.cell_id].append(m)
+    kept: list[Manifest] = []
+    removed: list[Manifest] = []
+    newest: set[str] = set()
+    for group in by_cell.values():
+        group.sort(key=lambda m: m.id, reverse=True)
+        newest.add(group[0].id)
+        limit = len(group) if keep_last is None else keep_last
+        kept.extend(group[:limit])
+        removed.extend(group[limit:])
+    notes: list[str] = []
+    if max_size is None:
+        return kept, removed, notes
+
+    refs: dict[str, int] = defaultdict(int)
+    for address in scan.pinned:
+        refs[address] += 1
+    for m in kept:
+        for r in m.blob_refs():
+            refs[r.blob] += 1
+
+    def total() -> int:
+        held = sum(blob_sizes.get(a, 0) for a, n in refs.items() if n > 0)
+        return held + sum(scan.sizes.get(m.path, 0) for m in kept if m.path is not None)
+
+    size = total()
+    for m in sorted(kept, key=lambda m: m.id):
+        if size <= max_size:
+            break
+        if m.id in newest:
+            continue
+        kept.remove(m)
+        removed.append(m)
+        for r in m.blob_refs():
+            refs[r.blob] -= 1
+        size = total()
+    if size > max_size:
+        notes.append(
+            f"the store still holds {format_size(size)}, more than --max-size "
+            f"{format_size(max_size)}: only the newest checkpoint of each CELL_ID is left, and "
+            "gc never removes those (delete a cell's checkpoints by hand if you must)"
+        )
+    return kept, removed, notes
+
+
+def collect(
+    store: Store,
+    *,
+    keep_last: int | None = None,
+    max_size: int | None = None,
+    grace: float | None = None,
+    timeout: float = 60.0,
+) -> GcReport:
+    """Apply retention and remove everything unreferenced; see the module docstring.
+
+    *grace* spares unreferenced blobs and temporary files younger than that many
+    seconds (default: 0 under the store lock, :data:`UNLOCKED_GRACE` without one).
+
+    >>> collect(Store("/tmp/s"), keep_last=3, max_size=parse_size("2G")).summary()  # doctest: +SKIP
+    """
+    if keep_last is not None and keep_last < 1:
+        raise ValueError("--keep-last must be at least 1 (gc never removes every checkpoint)")
+    if max_size is not None and max_size < 0:
+        raise ValueError("--max-size must not be negative")
+    report = GcReport()
+    if not store.root.is_dir():
+        return report
+    with lock.hold(store.root, exclusive=True, timeout=timeout, purpose="gc") as locked:
+        report.locked = locked
+        if grace is None:
+            grace = 0.0 if locked else UNLOCKED_GRACE
+        now = time.time()
+        scan = _scan(store)
+        files = _blob_files(store)
+        blob_sizes = {a: _size(p) for a, p in files.items()}
+        kept, removed, notes = _retain(scan, keep_last, max_size, blob_sizes)
+        report.notes.extend(notes)
+        report.untrusted_kept = scan.untrusted
+
+        # 1-2. manifests first: from here on nothing refers to what follows
+        for m in sorted(removed, key=lambda m: m.id):
+            assert m.path is not None
+            size = scan.sizes.get(m.path, 0)
+            fsio.remove(m.path)
+            report.removed_checkpoints.append((m.id, m.cell_id))
+            report.checkpoint_bytes += size
+        for path in scan.unreadable:
+            report.checkpoint_bytes += scan.sizes.get(path, 0)
+            fsio.remove(path)
+            report.removed_unreadable.append(store._rel(path))
+        report.kept_checkpoints = len(kept)
+
+        # 3. blobs no kept manifest refers to
+        referenced = set(scan.pinned)
+        for m in kept:
+            referenced.update(r.blob for r in m.blob_refs())
+        if scan.newer:
+            report.notes.append(
+                f"no blob was removed: {', '.join(scan.newer[:3])} "
+                f"{'has' if len(scan.newer) == 1 else 'have'} a newer format than this "
+                f"ipy_resume reads ({manifest.FORMAT_VERSION}); upgrade ipy_resume to collect it"
+            )
+        else:
+            for address, path in sorted(files.items()):
+                if address in referenced or not _old_enough(path, grace, now):
+                    continue
+                size = blob_sizes[address]
+                fsio.remove(path)
+                report.removed_blobs += 1
+                report.blob_bytes += size
+
+        # 4. temporary files anywhere in the store
+        for folder, _dirs, names in os.walk(store.root):
+            for name in names:
+                path = Path(folder) / name
+                if fsio.is_temp_name(name) and _old_enough(path, grace, now):
+                    size = _size(path)
+                    fsio.remove(path)
+                    report.removed_temp += 1
+                    report.temp_bytes += size
+
+        # 5. quarantine
+        qdir = store.blobs.quarantine_dir
+        if qdir.is_dir():
+            for path in sorted(qdir.iterdir()):
+                if path.is_file() or path.is_symlink():
+                    size = _size(path)
+                    fsio.remove(path)
+                    report.removed_quarantine += 1
+                    report.quarantine_bytes += size
+
+        # 6. empty folders (only under a real lock: a save may be creating them)
+        if locked:
+            for top in (store.root / "manifests", store.blobs.objects, qdir):
+                for folder, _dirs, _names in os.walk(top, topdown=False):
+                    if Path(folder) != top:
+                        fsio.remove_empty_dir(folder)
+
+        report.size_after = sum(blob_sizes.get(a, 0) for a in referenced if a in files) + sum(
+            scan.sizes.get(m.path, 0) for m in kept if m.path is not None
+        )
+    return report
