@@ -98,3 +98,25 @@ def test_one_gigabyte_array_without_an_extra_copy(tmp_path: Path) -> None:
     assert first["cells"][1]["error"] is None and second["eval"]["b0"] == "2.0"
     for report in (first, second):
         assert int(report["eval"]["peak"]) < 2 * gib + 400 * (1 << 20), report["eval"]["peak"]
+
+
+CHAIN = [
+    "%%checkpoint defs\nopen('ran.log', 'a').write('defs ')\n"
+    "import pandas as pd\n"
+    "def scale(v, k=2):\n    return v * k\n"
+    "class Model:\n    def __init__(self, w):\n        self.w = w\n    def predict(self, x):\n        return scale(x, self.w)\n"
+    "model = Model(3)\nframe = pd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})",
+    "%%checkpoint use\nopen('ran.log', 'a').write('use ')\npreds = [model.predict(v) for v in frame['a']]\nlabels = set(frame['b'])",
+    "%%checkpoint last\nopen('ran.log', 'a').write('last ')\nresult = sum(preds) + len(labels) + scale(1)",
+]
+
+
+def test_run_all_after_restart_restores_a_chain_of_cells(tmp_path: Path) -> None:
+    # Functions and classes restored from a checkpoint must fingerprint like the originals,
+    # or every cell after the first would execute again.
+    first = run_process(tmp_path, CHAIN, {"r": "result"})
+    second = run_process(tmp_path, CHAIN, {"r": "result", "p": "model.predict(5)"})
+    assert first["eval"]["r"] == second["eval"]["r"] == "23"
+    assert second["eval"]["p"] == "15"
+    assert (tmp_path / "ran.log").read_text() == "defs use last "
+    assert all("restored" in cell["stderr"] for cell in second["cells"])
