@@ -14,11 +14,10 @@ from typing import Any
 import nbformat
 import pytest
 from jupyter_client.kernelspec import NoSuchKernel
+from kernel_utils import kernel_env
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, DeadKernelError
 from nbclient.util import run_sync
-
-from kernel_utils import kernel_env
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 pytestmark = pytest.mark.slow
