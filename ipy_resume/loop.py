@@ -108,6 +108,7 @@ class _LoopRun:
         self.last_save_position: int | None = None
         self.last_save_time = time.monotonic()
         self.last_progress = 0.0
+        self.last_progress_position: int | None = None
 
     def run(self) -> Iterator[Any]:
         start = self._resume()
@@ -193,9 +194,15 @@ class _LoopRun:
 
     def _progress(self, position: int, start: int, started: float, final: bool = False) -> None:
         now = time.monotonic()
+        stream = live_stderr()
+        if final and self.last_progress_position == position:
+            stream.write("\n")  # the line already shows the end
+            stream.flush()
+            return
         if not final and now - self.last_progress < _PROGRESS_INTERVAL_S:
             return
         self.last_progress = now
+        self.last_progress_position = position
         done = position - start
         rate = done / (now - started) if now > started else 0.0
         of = f"/{self.total}" if self.total is not None else ""
@@ -203,7 +210,6 @@ class _LoopRun:
             saved = "not saved yet"
         else:
             saved = f"last save at {self.last_save_position}, {now - self.last_save_time:.0f} s ago"
-        stream = live_stderr()
         stream.write(f"\r{PREFIX}loop {position}{of}  {rate:.2f} it/s  {saved}   ")
         if final:
             stream.write("\n")
