@@ -1,0 +1,134 @@
+"""The docs cover what the code offers: every option, CLI command and error message.
+
+A message is identified by its longest literal fragment (the text between the
+f-string's placeholders); that fragment must appear in docs/troubleshooting.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "ipy_resume"
+DOCS = ROOT / "docs"
+
+# Calls whose first argument is text a user reads.
+MESSAGE_CALLS = {
+    "UsageError",
+    "message",
+    "_say",
+    "StoreError",
+    "CorruptBlob",
+    "MissingBlob",
+    "Untrusted",
+    "FormatTooNew",
+    "ManifestError",
+    "SaveError",
+    "DecodeError",
+    "KeyFileError",
+    "StoreLocked",
+    "TargetError",
+    "Unfingerprintable",
+}
+MIN_FRAGMENT = 14
+
+
+def _name(func: ast.expr) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
+def _fragments(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return [
+            v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)
+        ]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _fragments(node.left) + _fragments(node.right)
+    return []
+
+
+def messages() -> Iterator[tuple[str, int, str]]:
+    """(file, line, signature fragment) of every user-facing message in the package."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and _name(node.func) in MESSAGE_CALLS and node.args):
+                continue
+            pieces = [" ".join(p.split()) for p in _fragments(node.args[0])]
+            pieces = [p.strip(" ;:.,()'\"") for p in pieces]
+            best = max(pieces, key=len, default="")
+            if len(best) >= MIN_FRAGMENT:
+                yield path.relative_to(ROOT).as_posix(), node.lineno, best
+
+
+def docs_text() -> str:
+    return " ".join(" ".join(p.read_text(encoding="utf-8").split()) for p in DOCS.glob("*.md"))
+
+
+def test_every_error_message_is_documented() -> None:
+    text = " ".join((DOCS / "troubleshooting.md").read_text(encoding="utf-8").split())
+    missing = [f"{f}:{line}: {frag!r}" for f, line, frag in messages() if frag not in text]
+    assert not missing, (
+        "undocumented messages (add them to docs/troubleshooting.md):\n" + "\n".join(missing)
+    )
+
+
+def test_message_extraction_finds_the_known_ones() -> None:
+    found = {frag for _, _, frag in messages()}
+    assert any("will always execute" in frag for frag in found)
+    assert len(found) > 20
+
+
+def magic_options() -> set[str]:
+    from ipy_resume.magics import CheckpointMagics
+
+    parser = CheckpointMagics.checkpoint.parser  # type: ignore[attr-defined]
+    return {
+        opt for action in parser._actions for opt in action.option_strings if opt.startswith("--")
+    } - {"--help"}
+
+
+def cli_commands() -> set[str]:
+    from ipy_resume.cli import _parser
+
+    parser = _parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return set(sub.choices)  # type: ignore[attr-defined]
+
+
+def line_commands() -> set[str]:
+    from ipy_resume.magics import LINE_USAGE
+
+    return set(re.findall(r"(?:usage: %checkpoint |\| )([a-z]+)", LINE_USAGE))
+
+
+@pytest.mark.parametrize("option", sorted(magic_options()))
+def test_every_magic_option_is_documented(option: str) -> None:
+    assert f"`{option}" in (DOCS / "user-guide.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", sorted(cli_commands()))
+def test_every_cli_command_is_documented(command: str) -> None:
+    assert f"ipy-resume {command}" in (DOCS / "user-guide.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", sorted(line_commands()))
+def test_every_line_magic_command_is_documented(command: str) -> None:
+    assert f"%checkpoint {command}" in (DOCS / "user-guide.md").read_text(encoding="utf-8")
+
+
+def test_the_collectors_see_the_contract() -> None:
+    assert {"--force", "--deps", "--explain"} <= magic_options()
+    assert {"list", "show", "verify", "demo"} <= cli_commands()
+    assert {"list", "restore", "verify"} <= line_commands()
