@@ -35,5 +35,57 @@ test: lint typecheck
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
 
+# Benchmarks against the machine's floors and the peers (joblib, ipycache, dill, Kishu):
+# installs the `bench` extra, then prints the table and writes benchmarks/results/.
+# BENCH_ARGS="--scale 0.1 --repeat 2 --only 1,3" for a quick run.
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist
+
+# ---- JupyterLab side panel, widget and browser tests ------------------------------------------
+# `pip install -e .` (the setup stamp) already builds labextension/ through hatch-jupyter-builder;
+# `labext` rebuilds it after TypeScript edits and links it into the venv.
+JLPM := $(abspath $(BIN))/jlpm
+LAB_STAMP := $(VENV)/.labext-built
+UI_STAMP := ui-tests/node_modules/.installed
+LAB_SOURCES := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json
+
+.PHONY: labext chromium ui-deps ui-test screenshots
+
+$(LAB_STAMP): $(STAMP) $(LAB_SOURCES)
+	cd labextension && $(JLPM) install && PATH=$(abspath $(BIN)):$$PATH $(JLPM) build
+	$(BIN)/jupyter-builder develop --overwrite .
+	touch $(LAB_STAMP)
+
+labext: $(LAB_STAMP)
+
+# Debian's chromium: Playwright's own browser download cannot work on these machines.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+
+$(UI_STAMP): $(STAMP) ui-tests/package.json ui-tests/yarn.lock
+	cd ui-tests && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(JLPM) install
+	touch $(UI_STAMP)
+
+ui-deps: $(UI_STAMP)
+
+# Galata tests of the panel and the widget; screenshots land in ui-tests/test-results/.
+ui-test: $(LAB_STAMP) $(UI_STAMP) chromium
+	cd ui-tests && PATH=$(abspath $(BIN)):$$PATH npx playwright test
+
+# Refresh the README's pictures of the panel and the widget (docs/img/*.png).
+screenshots: $(LAB_STAMP) $(UI_STAMP) chromium
+	cd ui-tests && IPY_RESUME_DOCS_DIR=$(CURDIR)/docs/img PATH=$(abspath $(BIN)):$$PATH npx playwright test
+
+test: ui-test

@@ -43,8 +43,22 @@ def load_ipython_extension(ipython: Any) -> None:
         magics = CheckpointMagics(ipython)
         ipython.register_magics(magics)
         ipython._ipy_resume_magics = magics
+    # The side panel's channel; a no-op outside a kernel, idempotent inside one.
+    from .comm import register
+
+    register(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Forget the engine state; the magics stay registered (IPython cannot remove them)."""
     ipython._ipy_resume_magics = None
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where jupyter finds the prebuilt side-panel extension (shipped in the wheel)."""
+    return [{"src": "labextension", "dest": "ipy-resume"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The read-only timeline handlers (``ipy_resume.server``)."""
+    return [{"module": "ipy_resume.server"}]

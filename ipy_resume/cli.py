@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import reports, timeline
 from .engine import default_store_dir
-from .store import Store, StoreError
+from .store import Store, StoreError, retention
 from .store.journal import Journal
 
 
@@ -38,6 +38,31 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="print JSON")
     commands.add_parser(
         "verify", parents=[common], help="check every signature and checksum; exit 1 on problems"
+    )
+    gc = commands.add_parser(
+        "gc",
+        parents=[common],
+        help="remove old checkpoints, unreferenced blobs, temp leftovers and quarantine",
+    )
+    gc.add_argument(
+        "--keep-last",
+        type=retention.count_argument,
+        default=None,
+        metavar="N",
+        help="keep the N newest per CELL_ID",
+    )
+    gc.add_argument(
+        "--max-size",
+        type=retention.size_argument,
+        default=None,
+        metavar="SIZE",
+        help="then drop the oldest until the store fits, e.g. 500M or 2G",
+    )
+    gc.add_argument("--json", action="store_true", help="print the report as JSON")
+    commands.add_parser(
+        "trust",
+        parents=[common],
+        help="adopt a store signed under another key: re-sign what passes its checksums",
     )
     stats = commands.add_parser(
         "stats", parents=[common], help="checkpoints, bytes, hit rate, latencies, time saved"
@@ -86,6 +111,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{len(problems)} problem(s) in {root}", file=sys.stderr)
                 return 1
             print(f"store {root} is sound")
+        elif args.command == "gc":
+            report = store.gc(keep_last=args.keep_last, max_size=args.max_size)
+            print(json.dumps(report.to_json(), indent=2) if args.json else report.summary())
+        elif args.command == "trust":
+            refused: list[str] = []
+            count = store.trust(refused)
+            for line in refused:
+                print(line)
+            print(f"re-signed {count} checkpoint(s) of {root} under your key")
+            if refused:
+                print(f"{len(refused)} checkpoint(s) not adopted", file=sys.stderr)
+                return 1
         elif args.command == "stats":
             data = timeline.stats(root, store)
             print(json.dumps(data, indent=2) if args.json else timeline.stats_text(data))

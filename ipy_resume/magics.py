@@ -22,11 +22,12 @@ from . import reports, timeline
 from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, Outcome, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
-from .store import Store, StoreError
+from .store import Store, StoreError, retention
 from .store.journal import Journal
 
 LINE_USAGE = (
-    "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats   "
+    "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
+    "gc [--keep-last N] [--max-size SIZE]   "
     "(TARGET = checkpoint id, unique id prefix, or CELL_ID)"
 )
 
@@ -255,6 +256,12 @@ class CheckpointMagics(Magics):
                 print("\n".join(problems) if problems else f"store {store.root} is sound")
             elif command == "stats":
                 print(timeline.stats_text(timeline.stats(store.root, store)))
+            elif command == "gc":
+                try:
+                    keep_last, max_size = retention.parse_gc_words(rest)
+                except ValueError as exc:
+                    raise UsageError(str(exc)) from None
+                print(store.gc(keep_last=keep_last, max_size=max_size).summary())
             else:
                 raise UsageError(f"%checkpoint: unknown command '{command}'. {LINE_USAGE}")
         except reports.TargetError as exc:

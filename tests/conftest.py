@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
@@ -44,3 +45,10 @@ def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env["IPY_RESUME_DIR"] = str(tmp_path / "store")
     env.update(extra)
     return env
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Show the reliability suite's figures (kills, positions, detected, lost) in every run."""
+    import reliability_report
+
+    reliability_report.summary(terminalreporter)

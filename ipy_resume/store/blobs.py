@@ -208,7 +208,8 @@ class BlobStore:
                 reason="missing",
             ) from None
         with f:
-            actual = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            actual = st.st_size
             problem = None
             if actual < size:
                 problem = f"is truncated ({actual} of {size} bytes)"
@@ -226,7 +227,7 @@ class BlobStore:
                         problem = "failed its checksum"
         if problem is None:
             return buf
-        moved = self.quarantine(address)
+        moved = self.quarantine(address, only=(st.st_dev, st.st_ino))
         where = "it was moved to quarantine/ and" if moved else "it"
         raise fsio.CorruptBlob(
             f"{context} is corrupt: {rel} {problem}; {where} will be recomputed. "
@@ -255,10 +256,21 @@ class BlobStore:
             return "failed its checksum"
         return None
 
-    def quarantine(self, address: str) -> str | None:
-        """Move a bad blob to ``quarantine/``; returns its new relative path (None if gone)."""
+    def quarantine(self, address: str, only: tuple[int, int] | None = None) -> str | None:
+        """Move a bad blob to ``quarantine/``; returns its new relative path (None if gone).
+
+        *only* is the (device, inode) of the file found bad: when another process
+        has meanwhile replaced it with a sound copy, that copy is left in place.
+        """
         src = self.path(address)
         name = f"{address}.{int(time.time() * 1000)}.{secrets.token_hex(3)}"
+        if only is not None:
+            try:
+                now = src.stat()
+            except OSError:
+                return None
+            if (now.st_dev, now.st_ino) != only:
+                return None  # rewritten since we read it: not ours to move
         try:
             fsio.makedirs(self.quarantine_dir)
             fsio.move(src, self.quarantine_dir / name)

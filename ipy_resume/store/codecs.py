@@ -340,10 +340,40 @@ def pickle_value(value: object) -> Pickled:
         return False
 
     try:
-        stream = cloudpickle.dumps(value, protocol=5, buffer_callback=callback)
+        out = io.BytesIO()
+        _Pickler(out, protocol=5, buffer_callback=callback).dump(value)
+        stream = out.getvalue()
     except Exception as exc:
         raise EncodeError(f"cannot be pickled ({_reason(exc)})") from exc
     return Pickled(stream, buffers)
+
+
+def as_dtype(array: np.ndarray, dtype: Any) -> np.ndarray:
+    """*array* converted to the dtype described by *dtype* (:func:`dtype_to_json` form).
+
+    Rebuilds the arrays :class:`_Pickler` repaired.
+
+    >>> as_dtype(np.zeros(2, "<i2"), ">i2").dtype.str
+    '>i2'
+    """
+    return array.astype(dtype_from_json(dtype), order="K")
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    """cloudpickle, plus a repair of a numpy pickling fault that loses byte order.
+
+    numpy unpickles some arrays of non-native byte order (0-d ones, non-contiguous
+    ones, every datetime64/timedelta64 one) in native order: the values are kept,
+    the dtype is not.  Every non-native array is therefore pickled as its native
+    copy plus a description of its dtype (the dtype object itself has the same
+    fault), and converted back on load: same values, bits and dtype.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is np.ndarray and not obj.dtype.isnative and not obj.dtype.hasobject:
+            native = obj.astype(obj.dtype.newbyteorder("="), order="K")
+            return (as_dtype, (native, dtype_to_json(obj.dtype)))
+        return super().reducer_override(obj)
 
 
 def _unpickle(stream: Any, buffers: list[Any]) -> object:

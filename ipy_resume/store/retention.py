@@ -251,9 +251,7 @@ def _scan(store: Store) -> _Scan:
         except ManifestError:
             scan.unreadable.append(path)
             continue
-        if store._misfiled(m, m.cell_id, m.key) is not None or path.parent != store._key_dir(
-            m.cell_id, m.key
-        ):
+        if path.parent != store._key_dir(m.cell_id, m.key):
             scan.untrusted += 1  # misfiled: never restored, but not ours to judge
             scan.pinned.update(r.blob for r in m.blob_refs())
             continue

@@ -1,0 +1,275 @@
+"""Shared machinery: sizes, samples, a real IPython shell, I/O counters and probes.
+
+Everything here is measurement plumbing; no workload logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GIB = 1 << 30
+"""A "1 GB" array in the workloads is 1 GiB (2**30 bytes) at scale 1."""
+
+
+class BenchError(RuntimeError):
+    """A benchmark cell failed; the message names the system and the cell."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Every size of every workload, derived from one ``--scale`` factor (1.0 = the issue's)."""
+
+    scale: float
+
+    def elems(self, gib: float = 1.0) -> int:
+        """Float64 element count of a *gib* GiB array (a multiple of 4096, at least 4096)."""
+        n = int(self.scale * gib * GIB) // 8
+        return max(4096, n - n % 4096)
+
+    @property
+    def frame_rows(self) -> int:
+        return max(10_000, int(10_000_000 * self.scale))
+
+    @property
+    def small_cells(self) -> int:
+        return 200 if self.scale >= 0.05 else 20
+
+    @property
+    def state_arrays(self) -> int:
+        return 50
+
+    @property
+    def state_array_elems(self) -> int:
+        # 50 arrays making 500 MB of live state at scale 1
+        return max(1024, int(self.scale * 500e6) // 8 // self.state_arrays)
+
+    @property
+    def steps(self) -> int:
+        return 20 if self.scale >= 0.05 else 6
+
+
+@dataclass
+class Recorder:
+    """Samples per system and metric, plus notes (why a peer could not run, what was checked)."""
+
+    workload: str
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, system: str, metric: str, value: float) -> None:
+        self.samples.setdefault(system, {}).setdefault(metric, []).append(float(value))
+
+    def note(self, system: str, text: str) -> None:
+        self.notes.setdefault(system, []).append(text)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "samples": self.samples, "notes": self.notes}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+# ---- I/O accounting -----------------------------------------------------------------------
+
+
+def io_written() -> int:
+    """Bytes this process has sent toward the storage layer (``/proc/self/io``), net of
+    writes cancelled by deleting a file before write-back; -1 when unavailable."""
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
+        return -1
+    fields = dict(line.split(": ") for line in text.splitlines() if ": " in line)
+    return int(fields["write_bytes"]) - int(fields.get("cancelled_write_bytes", 0))
+
+
+def tree_bytes(path: str | os.PathLike[str]) -> int:
+    """Apparent size of every file under *path* (0 when it does not exist)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def rmtree(path: str | os.PathLike[str]) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---- a real IPython shell --------------------------------------------------------------------
+
+
+def new_shell() -> Any:
+    """A fresh ``InteractiveShell`` (the process's instance), as a notebook kernel has one."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    config.InteractiveShell.colors = "nocolor"
+    InteractiveShell.clear_instance()
+    shell = InteractiveShell.instance(config=config)
+    return shell
+
+
+def close_shell(shell: Any) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    with contextlib.suppress(Exception):
+        shell.history_manager.end_session()
+    shell.user_ns.clear()
+    InteractiveShell.clear_instance()
+    gc.collect()
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """Swallow what cells print (status lines, peers' chatter) so the table stays readable."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        yield out, err
+
+
+def run(shell: Any, code: str, label: str = "") -> float:
+    """Run one cell through the shell exactly as a notebook does; seconds taken.
+
+    Raises :class:`BenchError` when the cell failed, with its error and output.
+    """
+    with quiet() as (out, err):
+        started = time.perf_counter()
+        result = shell.run_cell(code, store_history=True)
+        elapsed = time.perf_counter() - started
+    if not result.success:
+        error = result.error_in_exec or result.error_before_exec
+        raise BenchError(
+            f"{label or 'cell'} failed: {error!r}\n--- cell ---\n{code}\n--- stdout ---\n"
+            f"{out.getvalue()[-2000:]}\n--- stderr ---\n{err.getvalue()[-2000:]}"
+        )
+    return elapsed
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - started, value
+
+
+# ---- probes inside ipy_resume (observation only: wrappers, no behaviour change) ------------
+
+
+@dataclass
+class Probe:
+    """Times ipy_resume's phases: key (``Engine.plan``), ``Store.save``, loads, the timeline's
+    ``Journal.append`` and the store's fsyncs (``fsio._fsync``; SQLite's own are not seen)."""
+
+    plan_s: float = 0.0
+    save_s: float = 0.0
+    load_s: float = 0.0
+    fsync_s: float = 0.0
+    fsync_n: int = 0
+    journal_s: float = 0.0
+    saved_bytes: int = 0
+    _installed: bool = False
+
+    def reset(self) -> None:
+        self.plan_s = self.save_s = self.load_s = self.fsync_s = self.journal_s = 0.0
+        self.fsync_n = self.saved_bytes = 0
+
+    def install(self) -> Probe:
+        if self._installed:
+            return self
+        from ipy_resume import engine
+        from ipy_resume.store import fsio, store
+
+        probe = self
+        plan, save, load = engine.Engine.plan, store.Store.save, store.Store.load_values
+        fsync = fsio._fsync
+        journal = getattr(engine, "Journal", None)  # the timeline (SQLite), when there is one
+        append = getattr(journal, "append", None)
+
+        def timed_plan(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return plan(self, *args, **kwargs)
+            finally:
+                probe.plan_s += time.perf_counter() - started
+
+        def timed_save(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                result = save(self, *args, **kwargs)
+                probe.saved_bytes += int(result.bytes_written)
+                return result
+            finally:
+                probe.save_s += time.perf_counter() - started
+
+        def timed_load(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return load(self, *args, **kwargs)
+            finally:
+                probe.load_s += time.perf_counter() - started
+
+        def timed_fsync(fd: int) -> None:
+            started = time.perf_counter()
+            try:
+                fsync(fd)
+            finally:
+                probe.fsync_s += time.perf_counter() - started
+                probe.fsync_n += 1
+
+        def timed_append(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return append(self, *args, **kwargs)  # type: ignore[misc]
+            finally:
+                probe.journal_s += time.perf_counter() - started
+
+        if journal is not None and append is not None:
+            journal.append = timed_append
+        engine.Engine.plan = timed_plan  # type: ignore[method-assign]
+        store.Store.save = timed_save  # type: ignore[method-assign]
+        store.Store.load_values = timed_load  # type: ignore[method-assign]
+        fsio._fsync = timed_fsync
+        self._installed = True
+        return self
+
+
+def settle() -> None:
+    """Flush every dirty page to disk (untimed) before the next measurement.
+
+    Peers that do not fsync leave gigabytes of dirty pages behind; without this the
+    next system measured would pay for their write-back.
+    """
+    os.sync()
+
+
+def use_store(path: Path) -> None:
+    """Point ``%%checkpoint`` at *path* (the magic reads ``$IPY_RESUME_DIR`` at every cell)."""
+    os.environ["IPY_RESUME_DIR"] = str(path)
+
+
+def log(text: str) -> None:
+    print(text, file=sys.__stderr__, flush=True)

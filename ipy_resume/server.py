@@ -1,0 +1,142 @@
+"""Read-only jupyter_server handlers: the timeline of a notebook's store, from disk.
+
+The side panel talks to the kernel through a comm, but a dead, restarting or
+busy kernel cannot answer — which is exactly when a user wants to see what was
+saved. These handlers read the store next to the notebook directly:
+
+    GET {base_url}ipy-resume/timeline?path=NOTEBOOK[&after=SEQ&limit=N]  → timeline.snapshot()
+    GET {base_url}ipy-resume/details?path=NOTEBOOK&target=TARGET         → timeline.details()
+
+The store is the one the notebook's kernel would use: ``$IPY_RESUME_DIR`` when
+the server has it (kernels inherit the server's environment; a relative value
+is taken from the notebook's folder, the kernel's working directory), else
+``.ipy_resume/`` in the notebook's folder. Nothing is ever written; a store
+that does not exist answers ``{"exists": false, ...}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+STORE_DIRNAME = ".ipy_resume"
+
+
+class StorePathError(ValueError):
+    """A notebook path outside the server's root, or not a path at all."""
+
+
+def store_for(server_root: Path, notebook_path: str, env: dict[str, str] | None = None) -> Path:
+    """The store a kernel started for *notebook_path* would use.
+
+    >>> str(store_for(Path("/srv"), "exp/run.ipynb", env={}))
+    '/srv/exp/.ipy_resume'
+    """
+    env = dict(os.environ) if env is None else env
+    root = Path(server_root).resolve()
+    relative = notebook_path.strip().strip("/")
+    candidate = (root / relative).resolve() if relative else root
+    if candidate != root and root not in candidate.parents:
+        raise StorePathError(f"'{notebook_path}' is outside the server's root folder")
+    folder = candidate if candidate.is_dir() else candidate.parent
+    override = env.get("IPY_RESUME_DIR")
+    if override:
+        return (folder / Path(override).expanduser()).resolve()
+    return folder / STORE_DIRNAME
+
+
+def _api() -> Any:
+    # ``ipy_resume.timeline`` doubles as the widget factory; import it by full name.
+    return importlib.import_module("ipy_resume.timeline")
+
+
+def _int_argument(handler: web.RequestHandler, name: str) -> int | None:
+    raw = handler.get_query_argument(name, None)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise web.HTTPError(400, f"'{name}' must be an integer, not {raw!r}") from None
+
+
+class _StoreHandler(APIHandler):
+    def _store(self) -> Path:
+        path = self.get_query_argument("path", "")
+        try:
+            return store_for(Path(self.settings["server_root_dir"]), path)
+        except StorePathError as exc:
+            raise web.HTTPError(403, str(exc)) from None
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # One line, the same shape the comm uses: {"error": "..."}.
+        reason = self._reason
+        exc_info = kwargs.get("exc_info")
+        if exc_info is not None and isinstance(exc_info[1], web.HTTPError):
+            reason = exc_info[1].log_message or reason
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": " ".join(str(reason).split())}))
+
+    async def _answer(self, func: Any, *args: Any, **kwargs: Any) -> None:
+        # SQLite and manifest reads block; keep them off the server's event loop.
+        try:
+            result = await asyncio.to_thread(func, *args, **kwargs)
+        except LookupError as exc:
+            raise web.HTTPError(404, " ".join(str(exc).split())) from None
+        except Exception as exc:
+            raise web.HTTPError(
+                500, f"cannot read the store: {' '.join(str(exc).split())}"
+            ) from None
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(result, default=str))
+
+
+class TimelineHandler(_StoreHandler):
+    """``GET ipy-resume/timeline?path=NOTEBOOK`` → the store's snapshot."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        store = self._store()
+        after = _int_argument(self, "after")
+        limit = _int_argument(self, "limit")
+        await self._answer(_api().snapshot, store, after=after, limit=limit)
+
+
+class DetailsHandler(_StoreHandler):
+    """``GET ipy-resume/details?path=NOTEBOOK&target=ID`` → one checkpoint."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        store = self._store()
+        target = self.get_query_argument("target", "").strip()
+        if not target:
+            raise web.HTTPError(400, "'target' is required: a checkpoint id, a prefix or a CELL_ID")
+        if not store.is_dir():
+            raise web.HTTPError(404, f"no checkpoint store at {store}")
+        await self._answer(_api().details, store, target)
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Called by jupyter_server when the extension is enabled."""
+    web_app = serverapp.web_app
+    base = url_path_join(web_app.settings["base_url"], "ipy-resume")
+    web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(base, "timeline"), TimelineHandler),
+            (url_path_join(base, "details"), DetailsHandler),
+        ],
+    )
+    serverapp.log.info("ipy_resume: timeline handlers at %s", base)
+
+
+# Older jupyter_server and notebook_shim look for this name.
+load_jupyter_server_extension = _load_jupyter_server_extension

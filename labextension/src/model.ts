@@ -1,0 +1,410 @@
+/**
+ * The panel's model: follows one notebook's kernel and keeps its timeline.
+ *
+ * State machine, driven by the session's signals:
+ *   no notebook / no kernel          → no-kernel
+ *   kernel appears or restarts        → connecting (disk snapshot shown meanwhile)
+ *   comm opened, hello received       → live, busy while the kernel runs a cell
+ *   comm closed at once               → not-loaded; retried after each execution,
+ *                                       never in a loop
+ *   kernel restarting / dead / gone   → offline: the last timeline stays, read from disk
+ */
+
+import { NotebookPanel } from '@jupyterlab/notebook';
+import { Kernel, KernelMessage } from '@jupyterlab/services';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { ChangedMessage, KernelChannel, fetchDetails, fetchSnapshot } from './client';
+import { shortId } from './format';
+import { ITimelineModel } from './tokens';
+import { DetailsState, Notice, Snapshot, Status, TimelineEvent, ViewState } from './types';
+
+// 'starting' is all a page sees when another client restarts the kernel.
+const OFFLINE_STATUSES = new Set<string>([
+  'starting',
+  'restarting',
+  'autorestarting',
+  'dead',
+  'terminating',
+  'unknown'
+]);
+
+const STATUS_TEXT: Record<Status, string> = {
+  'no-kernel': 'No notebook kernel: open a notebook to see its checkpoints.',
+  'not-loaded': 'ipy_resume is not loaded in this kernel. Run:',
+  connecting: 'Connecting to the kernel…',
+  live: 'Live: following the kernel.',
+  busy: 'Kernel busy: the timeline updates as checkpoints finish.',
+  offline: 'Kernel restarting or dead: showing the store on disk (read-only).'
+};
+
+/** Matches the first line `%%checkpoint CELL_ID ...` of a cell. */
+export function checkpointCellId(source: string): string | null {
+  const match = /^\s*%%checkpoint[ \t]+([^\s]+)/.exec(source);
+  return match ? match[1] : null;
+}
+
+export class TimelineModel implements ITimelineModel {
+  private _stateChanged = new Signal<ITimelineModel, ViewState>(this);
+  private panel: NotebookPanel | null = null;
+  private kernel: Kernel.IKernelConnection | null = null;
+  private channel: KernelChannel | null = null;
+  private status: Status = 'no-kernel';
+  private snapshot: Snapshot | null = null;
+  private selected: number | null = null;
+  private details: DetailsState = { state: 'none' };
+  private notice: Notice | null = null;
+  private restoring = false;
+  private loaded = false;
+  private executing = false;
+  private generation = 0;
+
+  get stateChanged(): ISignal<ITimelineModel, ViewState> {
+    return this._stateChanged;
+  }
+
+  get state(): ViewState {
+    const canRestore = this.loaded && (this.status === 'live' || this.status === 'busy');
+    return {
+      status: this.status,
+      statusText: STATUS_TEXT[this.status],
+      snapshot: this.snapshot,
+      selected: this.selected,
+      details: this.details,
+      notice: this.notice,
+      canRestore,
+      canGoToCell: this.panel !== null,
+      restoring: this.restoring
+    };
+  }
+
+  /** Follow `panel` (or nothing). Called whenever the current notebook changes. */
+  setNotebook(panel: NotebookPanel | null): void {
+    if (panel === this.panel) {
+      return;
+    }
+    if (this.panel) {
+      const ctx = this.panel.sessionContext;
+      ctx.kernelChanged.disconnect(this.onKernelChanged, this);
+      ctx.statusChanged.disconnect(this.onStatusChanged, this);
+      this.panel.disposed.disconnect(this.onPanelDisposed, this);
+    }
+    this.panel = panel;
+    this.snapshot = null;
+    this.selected = null;
+    this.details = { state: 'none' };
+    this.notice = null;
+    if (panel) {
+      const ctx = panel.sessionContext;
+      ctx.kernelChanged.connect(this.onKernelChanged, this);
+      ctx.statusChanged.connect(this.onStatusChanged, this);
+      panel.disposed.connect(this.onPanelDisposed, this);
+      void ctx.ready.then(() => {
+        if (this.panel === panel) {
+          this.attach(ctx.session?.kernel ?? null);
+        }
+      });
+    }
+    this.attach(panel?.sessionContext.session?.kernel ?? null);
+  }
+
+  select(seq: number | null): void {
+    this.selected = seq;
+    this.details = { state: 'none' };
+    this.emit();
+    const event = this.findEvent(seq);
+    if (!event || !event.checkpoint_id) {
+      return;
+    }
+    this.details = { state: 'loading', seq: event.seq };
+    this.emit();
+    const target = event.checkpoint_id;
+    // A busy kernel answers only after its cell ends; the disk answers now.
+    const load =
+      this.channel?.isOpen && this.loaded && this.status === 'live'
+        ? this.channel.details(target)
+        : fetchDetails(this.panel?.context.path ?? '', target);
+    load.then(
+      details => {
+        if (this.selected === event.seq) {
+          this.details = { state: 'ready', seq: event.seq, details };
+          this.emit();
+        }
+      },
+      (err: Error) => {
+        if (this.selected === event.seq) {
+          this.details = { state: 'error', seq: event.seq, error: err.message };
+          this.emit();
+        }
+      }
+    );
+  }
+
+  async restore(event: TimelineEvent): Promise<void> {
+    if (!this.channel?.isOpen || !event.checkpoint_id) {
+      this.notice = { kind: 'error', text: 'Restoring needs a live kernel with ipy_resume loaded.' };
+      this.emit();
+      return;
+    }
+    this.restoring = true;
+    const wait = this.status === 'busy' ? ' (after the running cell finishes)' : '';
+    this.notice = {
+      kind: 'info',
+      text: `Restoring the kernel to ${shortId(event.checkpoint_id)} (${event.cell_id})${wait}…`
+    };
+    this.emit();
+    try {
+      const result = await this.channel.restore(event.checkpoint_id);
+      this.notice = { kind: 'success', text: result.message };
+      await this.refresh();
+    } catch (err) {
+      this.notice = { kind: 'error', text: `Restore failed: ${(err as Error).message}` };
+    } finally {
+      this.restoring = false;
+      this.emit();
+    }
+  }
+
+  async goToCell(event: TimelineEvent): Promise<boolean> {
+    const panel = this.panel;
+    if (!panel) {
+      return false;
+    }
+    const notebook = panel.content;
+    const cells = notebook.widgets;
+    for (let i = 0; i < cells.length; i++) {
+      if (checkpointCellId(cells[i].model.sharedModel.getSource()) === event.cell_id) {
+        notebook.activeCellIndex = i;
+        await notebook.scrollToCell(cells[i], 'center');
+        return true;
+      }
+    }
+    this.notice = { kind: 'error', text: `No cell in this notebook starts with %%checkpoint ${event.cell_id}.` };
+    this.emit();
+    return false;
+  }
+
+  /** Reload everything: from the kernel when it answers, else from disk. */
+  async refresh(): Promise<void> {
+    if (this.channel?.isOpen && this.loaded) {
+      try {
+        this.setSnapshot(await this.channel.snapshot());
+        return;
+      } catch (err) {
+        this.notice = { kind: 'error', text: (err as Error).message };
+      }
+    } else if (this.kernel && !this.loaded && this.status === 'not-loaded') {
+      await this.connect(this.kernel);
+      return;
+    }
+    await this.loadFromDisk();
+  }
+
+  dispose(): void {
+    this.setNotebook(null);
+    Signal.clearData(this);
+  }
+
+  private onPanelDisposed(): void {
+    this.setNotebook(null);
+  }
+
+  private onKernelChanged(): void {
+    this.attach(this.panel?.sessionContext.session?.kernel ?? null);
+  }
+
+  private onStatusChanged(_: unknown, status: Kernel.Status): void {
+    if (!this.kernel) {
+      return;
+    }
+    if (OFFLINE_STATUSES.has(status)) {
+      if (this.status !== 'offline') {
+        this.dropChannel();
+        this.setStatus('offline');
+        void this.loadFromDisk();
+      }
+    } else if (status === 'idle' && this.status === 'offline') {
+      // The kernel is back after a restart: its extension state is new, ask once.
+      void this.connect(this.kernel);
+    }
+  }
+
+  /**
+   * Busy/idle of *executions* only: our own comm traffic also flips the
+   * kernel's status, and reacting to that would loop.
+   */
+  private onIopub(kernel: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
+    if (kernel !== this.kernel || msg.header.msg_type !== 'status') {
+      return;
+    }
+    const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
+    if (parent?.msg_type !== 'execute_request') {
+      return;
+    }
+    const state = (msg.content as KernelMessage.IStatusMsg['content']).execution_state;
+    if (state === 'busy' || state === 'idle') {
+      this.executing = state === 'busy';
+    }
+    if (state === 'busy' && this.status === 'live') {
+      this.setStatus('busy');
+    } else if (state === 'idle') {
+      if (this.status === 'busy') {
+        this.setStatus('live');
+        // Pushes cover live changes; this picks up anything a push missed.
+        void this.catchUp();
+      } else if (this.status === 'not-loaded') {
+        // The cell that just ran may have been `%load_ext ipy_resume`.
+        void this.connect(kernel);
+      }
+    }
+  }
+
+  private attach(kernel: Kernel.IKernelConnection | null): void {
+    if (kernel === this.kernel && (kernel === null || this.channel || this.status !== 'no-kernel')) {
+      return;
+    }
+    this.dropChannel();
+    this.kernel?.iopubMessage.disconnect(this.onIopub, this);
+    this.kernel = kernel;
+    this.executing = false;
+    kernel?.iopubMessage.connect(this.onIopub, this);
+    if (!kernel) {
+      this.setStatus('no-kernel');
+      if (this.panel) {
+        void this.loadFromDisk();
+      }
+      return;
+    }
+    void this.connect(kernel);
+  }
+
+  private async connect(kernel: Kernel.IKernelConnection): Promise<void> {
+    this.dropChannel();
+    const generation = this.generation;
+    this.setStatus('connecting');
+    // Show what is on disk straight away; the kernel may be busy for hours.
+    void this.loadFromDisk();
+    const channel = new KernelChannel(kernel);
+    this.channel = channel;
+    let result: 'loaded' | 'not-loaded';
+    try {
+      result = await channel.open();
+    } catch {
+      result = 'not-loaded';
+    }
+    if (generation !== this.generation) {
+      channel.dispose();
+      return;
+    }
+    if (result === 'not-loaded') {
+      channel.dispose();
+      this.channel = null;
+      this.loaded = false;
+      this.setStatus(OFFLINE_STATUSES.has(kernel.status) ? 'offline' : 'not-loaded');
+      return;
+    }
+    this.loaded = true;
+    channel.changed.connect(this.onChanged, this);
+    channel.closed.connect(() => {
+      if (generation === this.generation) {
+        this.loaded = false;
+        this.channel = null;
+        this.setStatus(OFFLINE_STATUSES.has(kernel.status) ? 'offline' : 'not-loaded');
+      }
+    });
+    // Not kernel.status: our own comm traffic makes the kernel look busy too.
+    this.setStatus(this.executing ? 'busy' : 'live');
+    try {
+      this.setSnapshot(await channel.snapshot());
+    } catch (err) {
+      this.notice = { kind: 'error', text: (err as Error).message };
+      this.emit();
+    }
+  }
+
+  private dropChannel(): void {
+    this.generation++;
+    this.channel?.dispose();
+    this.channel = null;
+    this.loaded = false;
+  }
+
+  private async loadFromDisk(): Promise<void> {
+    const panel = this.panel;
+    if (!panel) {
+      return;
+    }
+    const generation = this.generation;
+    try {
+      const snapshot = await fetchSnapshot(panel.context.path);
+      // A kernel answer that arrived meanwhile is fresher than the disk.
+      if (panel === this.panel && (generation === this.generation || !this.loaded)) {
+        if (!this.loaded || !this.snapshot) {
+          this.setSnapshot(snapshot);
+        }
+      }
+    } catch (err) {
+      if (panel === this.panel && !this.snapshot) {
+        this.notice = { kind: 'error', text: (err as Error).message };
+        this.emit();
+      }
+    }
+  }
+
+  private async catchUp(): Promise<void> {
+    const channel = this.channel;
+    if (!channel?.isOpen) {
+      return;
+    }
+    try {
+      const after = this.snapshot?.last_seq ?? null;
+      const delta = await channel.snapshot(after);
+      this.merge(delta.events, delta);
+    } catch {
+      // The next push or refresh brings it; a failed catch-up is not news.
+    }
+  }
+
+  private onChanged(_: KernelChannel, msg: ChangedMessage): void {
+    this.merge(msg.events, msg);
+  }
+
+  private merge(events: TimelineEvent[], meta: Pick<Snapshot, 'summary' | 'last_seq' | 'store'>): void {
+    const base = this.snapshot;
+    if (!base) {
+      void this.refresh();
+      return;
+    }
+    const lastSeq = base.last_seq ?? -1;
+    const fresh = events.filter(e => e.seq > lastSeq);
+    // A new object so views see the change; the old array is not touched.
+    this.setSnapshot({
+      store: meta.store ?? base.store,
+      exists: true,
+      events: fresh.length ? base.events.concat(fresh) : base.events,
+      summary: meta.summary ?? base.summary,
+      last_seq: Math.max(lastSeq, meta.last_seq ?? -1)
+    });
+  }
+
+  private setSnapshot(snapshot: Snapshot): void {
+    this.snapshot = snapshot;
+    this.emit();
+  }
+
+  private setStatus(status: Status): void {
+    this.status = status;
+    this.emit();
+  }
+
+  private findEvent(seq: number | null): TimelineEvent | null {
+    if (seq === null || !this.snapshot) {
+      return null;
+    }
+    return this.snapshot.events.find(e => e.seq === seq) ?? null;
+  }
+
+  private emit(): void {
+    this._stateChanged.emit(this.state);
+  }
+}

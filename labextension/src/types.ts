@@ -1,0 +1,124 @@
+/**
+ * The shapes of the data the kernel (comm) and the server (REST) send.
+ *
+ * Kept free of JupyterLab imports: the renderer that uses them is bundled a
+ * second time for the anywidget front end, which has no JupyterLab around it.
+ */
+
+export type Outcome =
+  | 'executed'
+  | 'restored'
+  | 'incomplete'
+  | 'unsaved'
+  | 'failed'
+  | 'uncached';
+
+export interface TimelineEvent {
+  seq: number;
+  event_id: string;
+  checkpoint_id: string | null;
+  cell_id: string;
+  key: string | null;
+  parent: string | null;
+  session: string;
+  started: number;
+  created: string;
+  duration: number;
+  saved: number;
+  bytes: number;
+  names: string[];
+  outcome: Outcome | string;
+  detail: string;
+}
+
+export interface Summary {
+  checkpoints: number;
+  bytes: number;
+  events: number;
+  executed: number;
+  restored: number;
+  hit_rate: number;
+  time_saved: number;
+}
+
+export interface Snapshot {
+  store: string;
+  exists: boolean;
+  events: TimelineEvent[];
+  summary: Summary;
+  last_seq: number | null;
+}
+
+export interface NameInfo {
+  type?: string;
+  shape?: number[] | string;
+  dtype?: string;
+  bytes?: number;
+  stored_as?: string;
+  stored_bytes?: number;
+  [key: string]: unknown;
+}
+
+export interface Details {
+  id: string;
+  cell_id: string;
+  created?: string;
+  bytes?: number;
+  names: Record<string, NameInfo>;
+  key_parts?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+export interface RestoreResult {
+  checkpoint_id: string;
+  cell_id: string;
+  restored: string[];
+  removed: string[];
+  message: string;
+}
+
+/**
+ * Where the timeline comes from right now, as the user should read it.
+ *
+ * - `no-kernel`: no notebook, or a notebook without a kernel.
+ * - `not-loaded`: the kernel runs but `%load_ext ipy_resume` has not run.
+ * - `connecting`: the comm is being opened.
+ * - `live`: the kernel answers; restore is possible.
+ * - `busy`: the kernel runs a cell; requests wait behind it.
+ * - `offline`: the kernel is restarting or dead; the store on disk is shown read-only.
+ */
+export type Status = 'no-kernel' | 'not-loaded' | 'connecting' | 'live' | 'busy' | 'offline';
+
+export interface Notice {
+  kind: 'info' | 'success' | 'error';
+  text: string;
+}
+
+export type DetailsState =
+  | { state: 'none' }
+  | { state: 'loading'; seq: number }
+  | { state: 'ready'; seq: number; details: Details }
+  | { state: 'error'; seq: number; error: string };
+
+/** Everything the renderer needs to draw one frame. */
+export interface ViewState {
+  status: Status;
+  statusText: string;
+  snapshot: Snapshot | null;
+  selected: number | null;
+  details: DetailsState;
+  notice: Notice | null;
+  canRestore: boolean;
+  canGoToCell: boolean;
+  restoring: boolean;
+}
+
+export const EMPTY_SUMMARY: Summary = {
+  checkpoints: 0,
+  bytes: 0,
+  events: 0,
+  executed: 0,
+  restored: 0,
+  hit_rate: 0,
+  time_saved: 0
+};

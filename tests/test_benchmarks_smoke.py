@@ -1,0 +1,65 @@
+"""The benchmark harness at tiny sizes, so it cannot rot between real runs.
+
+Runs ``python -m benchmarks`` end to end (workers, the fresh-process notebook
+runs, the table, the JSON) with arrays of 32 KB. Peers that are not installed
+(they come with the ``bench`` extra) are skipped by the harness itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(300)
+def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")
+    env.pop("IPY_RESUME_DIR", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--scale",
+            "0.0001",
+            "--repeat",
+            "1",
+            "--only",
+            "1,2,3,5,6",
+            "--no-kishu",
+            "--no-chart",
+            "--name",
+            "smoke",
+            "--results",
+            str(tmp_path / "results"),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "## Targets" in proc.stdout and "## Against the peers" in proc.stdout
+    result = json.loads((tmp_path / "results" / "smoke.json").read_text())
+    samples = result["samples"]
+    ours = samples["1"]["ipy_resume"]
+    assert ours["miss_s"] and ours["hit_s"] and ours["written_bytes"][0] > 0
+    # re-checkpointing unchanged data writes only the manifest
+    assert ours["recheckpoint_written_bytes"][0] < ours["written_bytes"][0]
+    assert samples["3"]["ipy_resume"]["key_s"][0] > 0
+    assert len(samples["5"]["ipy_resume"]["hit_overhead_s"]) == 20
+    assert samples["6"]["ipy_resume"]["again_s"] and samples["6"]["plain"]["again_s"]
+    assert not result["notes"]["6"].get("ipy_resume"), result["notes"]["6"]
+    names = {t["name"] for t in result["summary"]["targets"]}
+    assert any(name.startswith("W1 save") for name in names)
