@@ -22,7 +22,14 @@ def test_demo_tells_the_whole_story(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    for step in ("[ execute]", "[   crash]", "[ restart]", "[ resumed]", "[continue]", "[restored]"):
+    for step in (
+        "[ execute]",
+        "[   crash]",
+        "[ restart]",
+        "[ resumed]",
+        "[continue]",
+        "[restored]",
+    ):
         assert step in out
     assert "killed with SIGKILL" in out
     assert "resuming loop 0 of 'train' at iteration 5 of 8" in out
