@@ -109,7 +109,15 @@ def main(argv: list[str] | None = None) -> None:
         commit = (folder / "kishu-head.txt").read_text().strip()
         kishu.checkout(commit)
     else:
-        report["cell_s"] = [run(shell, code, f"{system} cell {k}") for k, code in enumerate(cells)]
+        report["cell_s"] = []
+        outcomes = []
+        for k, code in enumerate(cells):
+            report["cell_s"].append(run(shell, code, f"{system} cell {k}"))
+            if system == "ipy_resume" and k > 0:
+                outcome = shell._ipy_resume_magics.engine().last_outcome
+                outcomes.append(getattr(outcome, "status", "?"))
+        if outcomes:
+            report["outcomes"] = outcomes
     report["seconds"] = time.perf_counter() - started
 
     if system == "dill" and args.phase == "first":

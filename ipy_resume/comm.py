@@ -48,6 +48,30 @@ class _Channels:
     comms: list[Any] = field(default_factory=list)
     last_seq: int | None = None
     widgets: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    hooked: bool = False
+
+
+# Cells that can add timeline events: checkpoint runs, line commands, %resume.
+_TIMELINE_MAGICS = ("%%checkpoint", "%checkpoint", "%resume")
+
+
+def _hook(shell: Any, state: _Channels) -> None:
+    """After any cell that may have touched the timeline, tell the attached frontends.
+
+    The engine may call :func:`notify_changed` itself; a second call finds
+    nothing new to send, so the two never conflict.
+    """
+    events = getattr(shell, "events", None)
+    if state.hooked or events is None:
+        return
+
+    def after_cell(result: Any) -> None:
+        source = getattr(getattr(result, "info", None), "raw_cell", "") or ""
+        if any(magic in source for magic in _TIMELINE_MAGICS):
+            notify_changed(shell)
+
+    events.register("post_run_cell", after_cell)
+    state.hooked = True
 
 
 def _channels(shell: Any, create: bool = False) -> _Channels | None:
@@ -147,6 +171,7 @@ def register(shell: Any) -> bool:
         return False
     state = _channels(shell, create=True)
     assert state is not None
+    _hook(shell, state)
 
     def on_open(comm: Any, open_msg: dict[str, Any]) -> None:
         state.comms.append(comm)
@@ -184,10 +209,14 @@ def _remember_seq(state: _Channels, seq: Any) -> None:
 
 
 def add_widget(shell: Any, widget: Any) -> None:
-    """Keep *widget* (anything with ``refresh()``) updated by :func:`notify_changed`."""
+    """Keep *widget* (anything with ``refresh()``) updated by :func:`notify_changed`.
+
+    >>> add_widget(get_ipython(), timeline_widget())  # doctest: +SKIP
+    """
     state = _channels(shell, create=True)
     assert state is not None
     state.widgets.add(widget)
+    _hook(shell, state)
 
 
 def _refresh_widgets(state: _Channels) -> None:

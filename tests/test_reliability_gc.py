@@ -311,3 +311,71 @@ def test_misfiled_manifest_keeps_its_blobs(tmp_path: Path) -> None:
     report = store.gc(keep_last=1)
     assert report.untrusted_kept == 1 and report.removed_blobs == 0
     assert wrong.exists() and all(store.blob_path(r.blob).exists() for r in m.blob_refs())
+
+
+def test_a_manifest_gc_cannot_remove_keeps_its_blobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ipy_resume.store import fsio
+
+    store = Store(tmp_path / "s", key=KEY)
+    old = store.save("cell", "k1", {"x": _array(1)}).manifest
+    store.save("cell", "k2", {"x": _array(2)})
+    real = fsio._unlink
+
+    def refuse(path: object) -> None:
+        if str(path) == str(old.path):
+            raise PermissionError(13, "Permission denied", str(path))
+        real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fsio, "_unlink", refuse)
+    report = store.gc(keep_last=1)
+    assert report.removed_checkpoints == [] and report.removed_blobs == 0
+    assert any("could not remove" in n and "Permission denied" in n for n in report.notes)
+    monkeypatch.undo()
+    found = store.find("cell", "k1")
+    assert found is not None
+    np.testing.assert_array_equal(store.load_values(found)["x"], _array(1))
+
+    # a manifest that cannot be read at all: its blobs are unknown, so no blob goes
+    orphan = store.save("gone", "k", {"w": _array(3)}).manifest
+    assert orphan.path is not None
+    orphan.path.unlink()
+    (store.root / "manifests" / "odd" / "k").mkdir(parents=True)
+    (store.root / "manifests" / "odd" / "k" / "0000000000000000.json").mkdir()
+    report = store.gc()
+    assert report.removed_blobs == 0 and any("cannot be read" in n for n in report.notes)
+
+
+def test_without_flock_gc_spares_young_files_and_saves_refresh_what_they_reuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback where the filesystem has no locking: a grace period instead of the lock."""
+    monkeypatch.setattr(lock, "_try", lambda fd, exclusive: None)  # "unsupported"
+    store = Store(tmp_path / "s", key=KEY)
+    shared = _array(7)
+    first = store.save("a", "k", {"x": shared}).manifest
+    assert first.path is not None
+    first.path.unlink()  # its blob is now an orphan...
+    (address,) = [r.blob for r in first.blob_refs() if r.kind == "hdf5"]
+    blob = store.blob_path(address)
+    two_hours_ago = time.time() - 7200
+    os.utime(blob, (two_hours_ago, two_hours_ago))  # ...and an old one
+    young = store.save("b", "k", {"y": _array(8)}).manifest
+    assert young.path is not None
+    young.path.unlink()  # a young orphan
+
+    # a save that reuses the old orphan refreshes it, so a gc that cannot lock spares it
+    again = store.save("c", "k", {"x": shared})
+    assert again.bytes_written < shared.nbytes
+    assert blob.stat().st_mtime > two_hours_ago + 3600
+    report = store.gc()
+    assert report.locked is False and report.removed_blobs == 0
+    assert blob.exists()
+
+    # once old enough, orphans go
+    for path in (store.root / "objects").glob("*/*"):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    report = store.gc()
+    assert report.removed_blobs == 1  # the young orphan's array; the reused blob is referenced
+    assert store.verify() == []

@@ -222,6 +222,7 @@ class _Scan:
     unreadable: list[Path] = field(default_factory=list)
     untrusted: int = 0
     newer: list[str] = field(default_factory=list)
+    opaque: list[str] = field(default_factory=list)  # manifests that cannot be read
 
 
 def _scan(store: Store) -> _Scan:
@@ -231,6 +232,9 @@ def _scan(store: Store) -> _Scan:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
+            continue
+        except OSError as exc:  # unreadable here: its blobs are unknown, so none may go
+            scan.opaque.append(f"{rel} ({exc.strerror or exc})")
             continue
         scan.sizes[path] = len(data)
         try:
@@ -282,6 +286,14 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def _is_empty(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
 
 
 def _old_enough(path: Path, grace: float, now: float) -> bool:
@@ -378,17 +390,28 @@ def collect(
         report.notes.extend(notes)
         report.untrusted_kept = scan.untrusted
 
+        def remove(path: Path) -> bool:
+            try:
+                fsio.remove(path)
+            except OSError as exc:  # e.g. a read-only folder: report it, carry on
+                report.notes.append(
+                    f"could not remove {store._rel(path)} ({exc.strerror or exc}); it is kept"
+                )
+                return False
+            return True
+
         # 1-2. manifests first: from here on nothing refers to what follows
         for m in sorted(removed, key=lambda m: m.id):
             assert m.path is not None
-            size = scan.sizes.get(m.path, 0)
-            fsio.remove(m.path)
+            if not remove(m.path):
+                kept.append(m)  # still there, so are its blobs
+                continue
             report.removed_checkpoints.append((m.id, m.cell_id))
-            report.checkpoint_bytes += size
+            report.checkpoint_bytes += scan.sizes.get(m.path, 0)
         for path in scan.unreadable:
-            report.checkpoint_bytes += scan.sizes.get(path, 0)
-            fsio.remove(path)
-            report.removed_unreadable.append(store._rel(path))
+            if remove(path):
+                report.checkpoint_bytes += scan.sizes.get(path, 0)
+                report.removed_unreadable.append(store._rel(path))
         report.kept_checkpoints = len(kept)
 
         # 3. blobs no kept manifest refers to
@@ -401,14 +424,18 @@ def collect(
                 f"{'has' if len(scan.newer) == 1 else 'have'} a newer format than this "
                 f"ipy_resume reads ({manifest.FORMAT_VERSION}); upgrade ipy_resume to collect it"
             )
+        elif scan.opaque:
+            report.notes.append(
+                f"no blob was removed: {', '.join(scan.opaque[:3])} cannot be read, so the blobs "
+                "it refers to are unknown; fix its permissions and run gc again"
+            )
         else:
             for address, path in sorted(files.items()):
                 if address in referenced or not _old_enough(path, grace, now):
                     continue
-                size = blob_sizes[address]
-                fsio.remove(path)
-                report.removed_blobs += 1
-                report.blob_bytes += size
+                if remove(path):
+                    report.removed_blobs += 1
+                    report.blob_bytes += blob_sizes[address]
 
         # 4. temporary files anywhere in the store
         for folder, _dirs, names in os.walk(store.root):
@@ -416,9 +443,9 @@ def collect(
                 path = Path(folder) / name
                 if fsio.is_temp_name(name) and _old_enough(path, grace, now):
                     size = _size(path)
-                    fsio.remove(path)
-                    report.removed_temp += 1
-                    report.temp_bytes += size
+                    if remove(path):
+                        report.removed_temp += 1
+                        report.temp_bytes += size
 
         # 5. quarantine
         qdir = store.blobs.quarantine_dir
@@ -426,15 +453,15 @@ def collect(
             for path in sorted(qdir.iterdir()):
                 if path.is_file() or path.is_symlink():
                     size = _size(path)
-                    fsio.remove(path)
-                    report.removed_quarantine += 1
-                    report.quarantine_bytes += size
+                    if remove(path):
+                        report.removed_quarantine += 1
+                        report.quarantine_bytes += size
 
         # 6. empty folders (only under a real lock: a save may be creating them)
         if locked:
             for top in (store.root / "manifests", store.blobs.objects, qdir):
                 for folder, _dirs, _names in os.walk(top, topdown=False):
-                    if Path(folder) != top:
+                    if Path(folder) != top and _is_empty(folder):
                         fsio.remove_empty_dir(folder)
 
         report.size_after = sum(blob_sizes.get(a, 0) for a in referenced if a in files) + sum(

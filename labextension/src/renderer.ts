@@ -69,6 +69,12 @@ function el<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
+function factRow(label: string, value: string): HTMLTableRowElement {
+  const row = el('tr');
+  row.append(el('th', undefined, label), el('td', undefined, value || '—'));
+  return row;
+}
+
 function outcomeColour(outcome: string): string {
   return OUTCOME_COLOURS[outcome] ?? OUTCOME_COLOURS.uncached;
 }
@@ -101,13 +107,21 @@ export class TimelineRenderer {
   private items: Item[] = [];
   private itemsFor: Snapshot | null = null;
   private marks: Mark[] = [];
+  private rowNodes = new Map<number, HTMLDivElement>();
+  private readonly maxListHeight: number | null;
+  private rowsFor: Item[] | null = null;
   private confirming: number | null = null;
   private stickToBottom = true;
   private resizeObserver: ResizeObserver | null = null;
   private frame = 0;
 
-  constructor(host: HTMLElement, actions: TimelineActions) {
+  /**
+   * `maxListHeight`: grow the list with its rows up to this many pixels (the
+   * widget, inside a notebook); without it the list fills its container (the panel).
+   */
+  constructor(host: HTMLElement, actions: TimelineActions, options: { maxListHeight?: number } = {}) {
     this.actions = actions;
+    this.maxListHeight = options.maxListHeight ?? null;
     this.node = el('div', 'ipr-timeline');
     this.statusNode = el('div', 'ipr-status');
     this.summaryNode = el('div', 'ipr-summary');
@@ -175,6 +189,10 @@ export class TimelineRenderer {
     this.renderNotice();
     this.renderDetails();
     this.spacer.style.height = `${this.items.length * ROW_HEIGHT}px`;
+    if (this.maxListHeight !== null) {
+      const wanted = Math.max(ROW_HEIGHT * 3, this.items.length * ROW_HEIGHT + 2);
+      this.listNode.style.height = `${Math.min(this.maxListHeight, wanted)}px`;
+    }
     if (this.stickToBottom) {
       this.listNode.scrollTop = this.listNode.scrollHeight;
     }
@@ -308,9 +326,10 @@ export class TimelineRenderer {
     title.append(el('b', 'ipr-details-cell', event.cell_id), badge);
     node.append(title);
 
-    const facts = el('dl', 'ipr-facts');
+    // Tables, not <dl> grids: notebook pages style definition lists their own way.
+    const facts = el('table', 'ipr-facts');
     const fact = (label: string, value: string) => {
-      facts.append(el('dt', undefined, label), el('dd', undefined, value || '—'));
+      facts.append(factRow(label, value));
     };
     fact('checkpoint', shortId(event.checkpoint_id));
     fact('when', `${formatDay(event.started)} ${formatClock(event.started)}`);
@@ -375,10 +394,10 @@ export class TimelineRenderer {
       const parts = details.details.key_parts;
       if (parts && Object.keys(parts).length) {
         node.append(el('div', 'ipr-subtitle', 'Key parts'));
-        const list = el('dl', 'ipr-facts ipr-key-parts');
+        const list = el('table', 'ipr-facts ipr-key-parts');
         for (const [k, v] of Object.entries(parts)) {
           const text = (typeof v === 'string' ? v : JSON.stringify(v)) || '—';
-          list.append(el('dt', undefined, k), el('dd', undefined, text.length > 80 ? `${text.slice(0, 79)}…` : text));
+          list.append(factRow(k, text.length > 80 ? `${text.slice(0, 79)}…` : text));
         }
         node.append(list);
       }
@@ -419,13 +438,20 @@ export class TimelineRenderer {
     return table;
   }
 
+  /**
+   * Keeps DOM rows for the visible window only. Rows that stay visible are
+   * reused rather than rebuilt, so a click is never lost to a redraw between
+   * its mousedown and mouseup.
+   */
   private renderRows(): void {
     const list = this.listNode;
     const state = this.state;
-    for (const child of Array.from(list.children)) {
-      if (child !== this.spacer) {
-        child.remove();
+    if (this.rowsFor !== this.items) {
+      for (const node of this.rowNodes.values()) {
+        node.remove();
       }
+      this.rowNodes.clear();
+      this.rowsFor = this.items;
     }
     if (!state) {
       return;
@@ -433,14 +459,35 @@ export class TimelineRenderer {
     const height = list.clientHeight || 300;
     const first = Math.max(0, Math.floor(list.scrollTop / ROW_HEIGHT) - OVERSCAN);
     const last = Math.min(this.items.length, Math.ceil((list.scrollTop + height) / ROW_HEIGHT) + OVERSCAN);
-    const fragment = document.createDocumentFragment();
+    for (const [index, node] of this.rowNodes) {
+      if (index < first || index >= last) {
+        node.remove();
+        this.rowNodes.delete(index);
+      }
+    }
+    // Rows that stay are never moved (moving a node between mousedown and
+    // mouseup would swallow the click); new ones go in before their successor,
+    // so document order still follows the list (screen readers, tab order).
+    const kept = [...this.rowNodes.keys()].sort((a, b) => a - b);
+    let next = 0;
     for (let i = first; i < last; i++) {
       const item = this.items[i];
+      const existing = this.rowNodes.get(i);
+      if (existing) {
+        if (item.kind === 'row') {
+          existing.classList.toggle('ipr-selected', state.selected === item.event.seq);
+        }
+        continue;
+      }
+      while (next < kept.length && kept[next] < i) {
+        next++;
+      }
       const row = item.kind === 'header' ? this.headerRow(item) : this.eventRow(item.event, state);
       row.style.top = `${i * ROW_HEIGHT}px`;
-      fragment.append(row);
+      this.rowNodes.set(i, row);
+      const before = next < kept.length ? this.rowNodes.get(kept[next]) ?? null : null;
+      list.insertBefore(row, before);
     }
-    list.append(fragment);
   }
 
   private headerRow(item: Extract<Item, { kind: 'header' }>): HTMLDivElement {

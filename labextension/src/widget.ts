@@ -92,7 +92,7 @@ function render({ model, el }: RenderProps): () => void {
     },
     goToCell: () => undefined,
     refresh: () => void request({ request: 'refresh' })
-  });
+  }, { maxListHeight: 320 });
 
   const onMessage = (msg: any) => {
     const resolve = msg && typeof msg.id === 'number' ? waiting.get(msg.id) : undefined;

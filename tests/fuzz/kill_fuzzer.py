@@ -147,7 +147,7 @@ class Fuzzer:
         self.root = root
         self.rng = random.Random(seed)
         self.store = Store(root, key=KEY)
-        self.next_seed = 1
+        self.next_seed = 1 << 30  # random-instant kills: far from the hook kills' seeds
         self.checked: set[str] = set()
         self.removed_by_retention: set[str] = set()
         self.counts: dict[str, Any] = {
@@ -255,26 +255,32 @@ class Fuzzer:
         hook_budget = kills - int(kills * timer_share)
         cycle = 0
         # 1. every operation of two saves (and of a gc every third cycle), before and after
+        attempt = 0
         while self.counts["hook_kills"] < hook_budget:
-            seeds = self.seeds(2)
-            gc = cycle % 3 == 2
+            gc = cycle % 3 == 1
             target = 1
             while self.counts["hook_kills"] < hook_budget:
                 survived = True
                 for phase in ("before", "after"):
+                    # Fresh seeds with the same residues mod 3, 4 and 5: the same cells and
+                    # kinds of value as the rest of this cycle but new content, so every
+                    # attempt makes the same sequence of operations (nothing is deduplicated
+                    # against what the previous, killed attempt left behind).
+                    attempt += 1
+                    first = 60 * attempt + 2 * cycle % 60
+                    seeds = [first, first + 1]
                     killed, lines = self.run_child(seeds, (target, phase), gc, None)
                     if killed:
                         survived = False
                         self.counts["hook_kills"] += 1
                         self.counts["kills"] += 1
                     self.check(lines, full=self.counts["kills"] % 10 == 0)
-                    # the next attempt writes the same seeds again, into the state left behind
+                    if attempt % 30 == 0:
+                        self.retain()
                 if survived:
                     break  # past the last operation of this cycle
                 target += 1
             cycle += 1
-            if cycle % 4 == 0:
-                self.retain()
         # 2. random instants
         while self.counts["kills"] < kills:
             killed, lines = self.run_child(

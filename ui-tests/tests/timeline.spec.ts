@@ -108,7 +108,7 @@ test.describe('timeline side panel', () => {
     await panel.locator('.ipr-confirm').click();
     await expect(panel.locator('.ipr-notice-success')).toContainText('restored');
     await expect(panel.locator('.ipr-notice-success')).toContainText('removed y');
-    await shot(panel, testInfo, 'panel.png', true);
+    await shot(panel, testInfo, 'panel-restored.png');
 
     // The kernel really went back: x as of 'first', y gone.
     await page.notebook.runCell(3);
@@ -122,10 +122,10 @@ test.describe('timeline side panel', () => {
     await expect(panel.locator('.ipr-stat-hit-rate b')).not.toHaveText('0%');
     await page.notebook.runCell(3);
     expect(await outputText(page, 3)).toContain('15 True');
-    await shot(panel, testInfo, 'panel-after-hit.png');
+    await shot(panel, testInfo, 'panel.png', true);
   });
 
-  test('states: not loaded, then live, then restarting with the timeline from disk', async ({ page }, testInfo) => {
+  test('states: not loaded, live, busy, then restarting with the timeline from disk', async ({ page }, testInfo) => {
     await page.notebook.createNew('states.ipynb');
     await fillNotebook(page, ['1 + 1']);
     await page.notebook.run();
@@ -141,6 +141,13 @@ test.describe('timeline side panel', () => {
     await expect(status).toHaveAttribute('data-status', 'live');
     await expect(panel.locator('.ipr-row')).toHaveCount(1);
 
+    // A long cell: the panel says the kernel is busy, then live again.
+    await page.notebook.addCell('code', 'import time\ntime.sleep(4)');
+    const running = page.notebook.runCell(2);
+    await expect(status).toHaveAttribute('data-status', 'busy');
+    await running;
+    await expect(status).toHaveAttribute('data-status', 'live');
+
     // The kernel process dies (as in a crash) and the server restarts it. The panel
     // goes offline with the rows still there, read from disk, and once the new kernel
     // is up it says the extension must be loaded again.
@@ -154,7 +161,8 @@ test.describe('timeline side panel', () => {
       });
     });
     await page.notebook.addCell('code', 'import os, threading\nthreading.Timer(0.5, os._exit, [1]).start()');
-    await page.notebook.runCell(2);
+    // Running the sleep cell may have added an empty cell below: run the last one.
+    await page.notebook.runCell((await page.notebook.getCellCount()) - 1);
     const dialog = page.locator('.jp-Dialog');
     await expect(async () => {
       if (await dialog.count()) {
@@ -228,8 +236,11 @@ test.describe('timeline side panel', () => {
     const middle = Number(await panel.locator('.ipr-row').first().getAttribute('data-seq'));
     expect(middle).toBeGreaterThan(3000);
     expect(middle).toBeLessThan(7000);
-    await panel.locator('.ipr-row').nth(5).click();
-    await expect(panel.locator('.ipr-row.ipr-selected')).toHaveCount(1);
+    // A row in view (the first few are the overscan above it) can be selected.
+    const target = panel.locator('.ipr-row').nth(12);
+    const seq = await target.getAttribute('data-seq');
+    await target.click();
+    await expect(panel.locator(`.ipr-row.ipr-selected[data-seq="${seq}"]`)).toHaveCount(1);
     testInfo.annotations.push({ type: 'load-ms', description: String(loadMs) });
     testInfo.annotations.push({ type: 'worst-frame-ms', description: worstGap.toFixed(1) });
     await shot(panel, testInfo, 'panel-10000-events.png');
@@ -264,6 +275,12 @@ test.describe('timeline widget', () => {
     await page.notebook.addCell('code', 'print(scale, float(data[-1]))');
     await page.notebook.runCell(4);
     expect(await outputText(page, 4)).toContain('1 199999.0');
+
+    // A checkpoint run anywhere in the notebook shows up in the widget by itself.
+    await page.notebook.addCell('code', '%%checkpoint extra\nq = scale + 1');
+    await page.notebook.runCell((await page.notebook.getCellCount()) - 1);
+    await expect(rows).toHaveCount(3);
+    await expect(rows.nth(2)).toHaveAttribute('data-cell-id', 'extra');
   });
 });
 
@@ -287,7 +304,11 @@ test.describe('timeline widget in Notebook 7', () => {
     try {
       await nb7.goto(`${baseURL}/notebooks/${tmpPath}/nb7.ipynb`);
       await expect(nb7.locator('.jp-Notebook .jp-Cell').first()).toBeVisible({ timeout: 60000 });
-      // Run → Run All Cells, as a user would; requests wait for the kernel to be ready.
+      // Once the kernel is up, Run → Run All Cells, as a user would.
+      await expect(nb7.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')).toBeVisible({
+        timeout: 60000
+      });
+      await nb7.locator('.jp-Notebook .jp-Cell').first().click();
       await nb7.locator('.lm-MenuBar-item', { hasText: /^Run$/ }).click();
       await nb7.locator('.lm-Menu-itemLabel', { hasText: /^Run All Cells$/ }).click();
       const widget = nb7.locator('.jp-OutputArea .ipr-widget');
