@@ -184,8 +184,12 @@ class CheckpointMagics(Magics):
 
         As a line magic: ``%checkpoint list`` (every checkpoint of the store),
         ``%checkpoint show TARGET`` (one checkpoint's names and key parts),
-        ``%checkpoint verify`` (check every signature and checksum). TARGET is a
+        ``%checkpoint restore TARGET`` (the kernel state as of that checkpoint),
+        ``%checkpoint verify`` (check every signature and checksum),
+        ``%checkpoint stats`` (hit rate, latencies, time saved) and
+        ``%checkpoint gc [--keep-last N] [--max-size SIZE]`` (retention). TARGET is a
         checkpoint id, a unique prefix of one, or a CELL_ID (its latest checkpoint).
+        After a crash, ``%resume`` restores the latest state of the store.
 
         The store is ``$IPY_RESUME_DIR`` or ``.ipy_resume/`` in the working directory.
 

@@ -177,6 +177,14 @@ def plan_restore(
     target_event = _target_event(events, target)
     if target_event is not None and target_event.checkpoint_id in by_id:
         manifest = by_id[target_event.checkpoint_id]
+    elif target_event is not None or (
+        target not in by_id and any(e.checkpoint_id == target for e in events)
+    ):
+        gone = target_event.checkpoint_id if target_event else target
+        raise reports.TargetError(
+            f"checkpoint {gone} is on the timeline but no longer in the store "
+            "(removed by 'ipy-resume gc' or deleted); pick a later one from '%checkpoint list'."
+        )
     else:
         manifest = reports.resolve(manifests, target)
         target_event = _latest_event_for(events, manifest.id)

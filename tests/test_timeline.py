@@ -216,3 +216,17 @@ def test_restore_loads_each_blob_once(shell: InteractiveShell, isolated: Path) -
     assert set(report["restored"]) == {"np", "big", "x", "same", "y"}
     np.testing.assert_array_equal(namespace["same"], np.ones(131072))
     assert len(reads) == len(set(reads)), reads
+
+
+def test_restore_of_a_collected_checkpoint_says_so(
+    shell: InteractiveShell,
+    history: dict[str, dict[str, object]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    old = next(m for m in Store(Path("store")).manifests() if m.cell_id == "load")
+    run(shell, STEPS[0].replace("scale = 1", "scale = 10"))  # a newer checkpoint of 'load'
+    shell.run_line_magic("checkpoint", "gc --keep-last 1")
+    assert old.id not in {m.id for m in Store(Path("store")).manifests()}
+    capsys.readouterr()
+    with pytest.raises(UsageError, match="no longer in the store"):
+        shell.run_line_magic("checkpoint", f"restore {old.id}")
