@@ -18,8 +18,8 @@ demo: $(STAMP)
 	$(BIN)/ipy-resume demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check ipy_resume tests
-	$(BIN)/ruff format --check ipy_resume tests
+	$(BIN)/ruff check ipy_resume tests benchmarks
+	$(BIN)/ruff format --check ipy_resume tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -245,6 +245,20 @@ def noise(samples: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def replot(path: Path) -> int:
+    """Table, summary and chart of an earlier run, from its JSON (samples are kept as is)."""
+    result = json.loads(path.read_text())
+    result["summary"] = report.summarize(result["samples"])
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(report.table(result["summary"]))
+    title = (
+        f"ipy_resume benchmarks, scale {result['scale']:g}, {result['repeat']} repetitions, "
+        f"{result['created']}"
+    )
+    report.chart(result["summary"], path.with_suffix(".png"), title)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
@@ -281,7 +295,15 @@ def main(argv: list[str] | None = None) -> int:
         help="scratch folder (default: a new one in $TMPDIR, removed afterwards)",
     )
     parser.add_argument("--no-chart", action="store_true")
+    parser.add_argument(
+        "--replot",
+        type=Path,
+        metavar="JSON",
+        help="no run: recompute the table and chart of a saved result file",
+    )
     args = parser.parse_args(argv)
+    if args.replot is not None:
+        return replot(args.replot)
     if args.kishu_repeat is None:
         args.kishu_repeat = 1
     wanted = [w.strip() for w in args.only.split(",") if w.strip()] or ALL

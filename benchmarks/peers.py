@@ -47,7 +47,7 @@ def load_ipycache(shell: Any) -> None:
             "IPython.utils.io": io_alias,
         }
         saved = {name: sys.modules.get(name) for name in aliases}
-        sys.modules.update(aliases)  # type: ignore[arg-type]
+        sys.modules.update(aliases)
         if not hasattr(builtins, "moves"):
             builtins.moves = types.SimpleNamespace(builtins=builtins)  # type: ignore[attr-defined]
         try:

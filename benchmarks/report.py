@@ -45,7 +45,8 @@ def med(samples: Samples, workload: str, system: str, metric: str) -> float:
 
 
 def _ratio(a: float, b: float) -> float:
-    if math.isnan(a) or math.isnan(b) or b == 0:
+    """a / b; nan when either is missing or not positive (an overhead lost in the noise)."""
+    if math.isnan(a) or math.isnan(b) or a <= 0 or b <= 0:
         return math.nan
     return a / b
 
@@ -223,11 +224,12 @@ def chart(summary: dict[str, Any], path: Path, title: str) -> None:
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(11, 10), gridspec_kw={"height_ratios": [1, 1.4]}
     )
-    tg = [t for t in summary["targets"] if t["unit"] != "bytes"]
-    names = [t["name"].split(" / ")[0] if t["unit"] != "ms" else t["name"] for t in tg]
-    ratios = [t["ratio"] / t["limit"] for t in tg]
+    tg = summary["targets"]
+    names = [t["name"].split(" / ")[0] if t["unit"] == "s" else t["name"] for t in tg]
+    ratios = [0.0 if math.isnan(t["ratio"]) else t["ratio"] / t["limit"] for t in tg]
     colors = ["tab:green" if t["met"] else "tab:red" for t in tg]
     top.barh(names, ratios, color=colors)
+    top.tick_params(axis="y", labelsize=8)
     top.axvline(1.0, color="black", linestyle="--", linewidth=1)
     top.set_xlabel("measured / allowed  (left of the dashed line = target met)")
     top.set_title("Targets: ratio to the in-run floor, divided by the target's limit")

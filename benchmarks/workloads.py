@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +272,7 @@ def w1_kishu(ctx: Ctx) -> None:
         commit = peers.kishu_head(kishu)
         run(shell, "del a")
         settle(prefault=n * 8)
-        seconds, _ = timed(lambda k=kishu, c=commit: k.checkout(c))
+        seconds, _ = timed(partial(kishu.checkout, commit))
         rec.add("kishu", "hit_s", seconds)
         check(float(shell.user_ns["a"][-1]) == v, "kishu restored the wrong array")
         check(db.exists(), "kishu wrote no database")
@@ -495,7 +496,7 @@ def w4_kishu(ctx: Ctx) -> None:
         commit = peers.kishu_head(kishu)
         run(shell, "del df")
         settle(prefault=1 << 30)
-        seconds, _ = timed(lambda k=kishu, c=commit: k.checkout(c))
+        seconds, _ = timed(partial(kishu.checkout, commit))
         rec.add("kishu", "hit_s", seconds)
         check(len(shell.user_ns["df"]) == rows, "kishu restored the wrong frame")
         close_shell(shell)
