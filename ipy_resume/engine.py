@@ -125,6 +125,18 @@ class ActiveCell:
 
 
 _active: ActiveCell | None = None
+# The engine of each store in this process, so a restore from the panel or the widget
+# lands on the same timeline branch as one typed in the notebook.
+_engines: dict[Path, Engine] = {}
+
+
+def engine_for(root: str | os.PathLike[str]) -> Engine | None:
+    """The engine working on the store at *root* in this process, if any.
+
+    >>> engine_for("/nonexistent") is None
+    True
+    """
+    return _engines.get(Path(root).resolve())
 
 
 def active_cell() -> ActiveCell | None:
@@ -161,6 +173,7 @@ class Engine:
         self.last_event: str | None = None  # parent of the next event
         self.listeners: list[Callable[[Event], None]] = []
         self._journal_warned = False
+        _engines[Path(store.root).resolve()] = self
 
     def record(
         self,

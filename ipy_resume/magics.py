@@ -20,7 +20,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import reports, timeline
 from .capture import OutputRecord, replay, tee_streams
-from .engine import CheckpointOptions, Engine, Outcome, RunResult, default_store_dir
+from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
 from .store import Store, StoreError, retention
 from .store.journal import Journal
@@ -277,14 +277,10 @@ class CheckpointMagics(Magics):
         """Restore the kernel to *target* and add the restore to the timeline."""
         assert self.shell is not None
         engine = self.engine()
-        report = timeline.restore(self.shell.user_ns, engine.store.root, target, engine.store)
-        outcome = Outcome(
-            "resumed",
-            report["checkpoint_id"],
-            report["restored"],
-            detail=("%resume" if resumed else "restore") + f" to {report['checkpoint_id']}",
+        how = "%resume" if resumed else "restore"
+        report = timeline.restore(
+            self.shell.user_ns, engine.store.root, target, engine.store, how=how
         )
-        engine.record(outcome, report["cell_id"], parent=report["event_id"])
         print(f"ipy_resume: {report['message']}")
         return report
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import reports, rng
-from .engine import default_store_dir
+from .engine import Outcome, default_store_dir, engine_for
 from .store import Manifest, Store
 from .store.journal import Event, Journal
 
@@ -219,12 +219,15 @@ def restore(
     root: Path,
     target: str,
     store: Store | None = None,
+    how: str = "restore",
 ) -> dict[str, Any]:
     """Rebuild the kernel state as of checkpoint *target* (id, unique prefix, CELL_ID or event id).
 
     Names recorded up to it take their values at that point, names first created
     by checkpointed cells after it are removed, other names are untouched, and the
     RNG state is set. Every value is loaded and verified before the namespace changes.
+    When this process has an engine on the store, the restore joins its timeline as a
+    ``resumed`` event whose parent is the target, so later cells continue that branch.
 
     >>> restore(get_ipython().user_ns, default_root(), "train")["restored"]  # doctest: +SKIP
     ['model', 'history']
@@ -248,6 +251,13 @@ def restore(
     )
     if removed:
         message += f"; removed {', '.join(removed)}"
+    engine = engine_for(store.root)
+    if engine is not None:
+        outcome = Outcome(
+            "resumed", plan.target.id, sorted(values), detail=f"{how} to {plan.target.id}"
+        )
+        parent = plan.event.event_id if plan.event else None
+        engine.record(outcome, plan.target.cell_id, parent=parent)
     return {
         "checkpoint_id": plan.target.id,
         "cell_id": plan.target.cell_id,

@@ -33,6 +33,9 @@ MESSAGE_CALLS = {
     "KeyFileError",
     "StoreLocked",
     "TargetError",
+    "RequestError",
+    "StorePathError",
+    "EncodeError",
     "Unfingerprintable",
 }
 MIN_FRAGMENT = 14

@@ -230,3 +230,18 @@ def test_restore_of_a_collected_checkpoint_says_so(
     capsys.readouterr()
     with pytest.raises(UsageError, match="no longer in the store"):
         shell.run_line_magic("checkpoint", f"restore {old.id}")
+
+
+def test_a_restore_from_the_panel_joins_the_timeline(
+    shell: InteractiveShell, isolated: Path, history: dict[str, dict[str, object]]
+) -> None:
+    from ipy_resume.comm import handle_request
+
+    reply = handle_request(
+        {"id": 7, "request": "restore", "target": "fit"}, shell.user_ns, isolated / "store"
+    )
+    assert reply["id"] == 7 and "error" not in reply, reply
+    assert "extra" not in shell.user_ns and shell.user_ns["scale"] == 2
+    last = journal(isolated).events()[-1]
+    fit_event = next(e for e in journal(isolated).events() if e.cell_id == "fit")
+    assert last.outcome == "resumed" and last.parent == fit_event.event_id
