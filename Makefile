@@ -41,8 +41,11 @@ lab: $(STAMP)
 BENCH_STAMP := $(VENV)/.bench-installed
 BENCH_ARGS ?=
 
+# The extra's packages are installed from pyproject.toml's [project.optional-dependencies]
+# bench list; ipy_resume itself is already installed (editable) by the setup stamp.
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['bench']))" > $(VENV)/bench-requirements.txt
+	$(BIN)/python -m pip install --quiet -r $(VENV)/bench-requirements.txt
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

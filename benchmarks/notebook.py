@@ -49,13 +49,15 @@ CHECK = {
 STATE = "sum(v.nbytes for v in (raw, smooth, feat, resid)) + int(df.memory_usage(deep=True).sum())"
 
 
-def setup_code(sizes: Sizes, folder: Path) -> str:
+def setup_code(system: str, sizes: Sizes, folder: Path) -> str:
     rows = max(10_000, sizes.frame_rows // 4)
-    return (
-        "import numpy as np\nimport joblib\nfrom benchmarks import cells as bc\n"
-        f"n = {sizes.elems(1.0)}\nrows = {rows}\n"
-        f"mem = joblib.Memory({str(folder / 'joblib')!r}, verbose=0)"
+    code = (
+        "import numpy as np\nfrom benchmarks import cells as bc\n"
+        f"n = {sizes.elems(1.0)}\nrows = {rows}"
     )
+    if system == "joblib":
+        code += f"\nimport joblib\nmem = joblib.Memory({str(folder / 'joblib')!r}, verbose=0)"
+    return code
 
 
 def cell_code(system: str, k: int, folder: Path) -> str:
@@ -72,7 +74,8 @@ def cell_code(system: str, k: int, folder: Path) -> str:
 
 
 def notebook_cells(system: str, sizes: Sizes, folder: Path) -> list[str]:
-    return [setup_code(sizes, folder)] + [cell_code(system, k, folder) for k in range(len(CELLS))]
+    cells = [cell_code(system, k, folder) for k in range(len(CELLS))]
+    return [setup_code(system, sizes, folder), *cells]
 
 
 def main(argv: list[str] | None = None) -> None:

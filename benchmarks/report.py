@@ -71,8 +71,8 @@ def targets(samples: Samples) -> list[Target]:
             "s",
         ),
         t(
-            "W1 save of a 1 GB array / raw write+fsync",
-            m("1", "ipy_resume", "save_s"),
+            "W1 save of a 1 GB array (Store.save) / raw write+fsync",
+            m("1", "ipy_resume", "store_save_s"),
             m("1", "baseline", "write_fsync_s"),
             1.3,
             "s",
@@ -176,7 +176,11 @@ def table(summary: dict[str, Any]) -> str:
             shown_ratio, base = "-", "-"
         else:
             base = fmt(t["base"], unit)
-            shown_ratio = f"{ratio * 100:.2f}%" if unit == "bytes" else fmt_ratio(ratio)
+            shown_ratio = (
+                f"{ratio * 100:.2f}%"
+                if unit == "bytes" and not math.isnan(ratio)
+                else fmt_ratio(ratio)
+            )
         limit = (
             f"≤ {t['limit'] * 100:g}%"
             if unit == "bytes"
