@@ -83,6 +83,9 @@ def test_store_under_another_key_is_not_trusted(tmp_path: Path) -> None:
     assert (tmp_path / "runs.log").read_text() == "xx"
     assert other["eval"]["v"] == "3"
     assert "trust" in other["cells"][0]["stderr"]
+    # The foreign save does not hide the owner's own checkpoint from the owner.
+    again = run_process(tmp_path, [cell], {"v": "v"})
+    assert (tmp_path / "runs.log").read_text() == "xx", again["cells"][0]["stderr"]
 
 
 @pytest.mark.slow
