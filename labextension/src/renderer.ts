@@ -32,6 +32,7 @@ export interface TimelineActions {
 export const OUTCOME_COLOURS: Record<string, string> = {
   executed: '#2f6fbd',
   restored: '#2e9e57',
+  resumed: '#7a4fb5',
   incomplete: '#e08a1e',
   unsaved: '#c8611a',
   failed: '#c83b3b',
@@ -80,7 +81,7 @@ function outcomeColour(outcome: string): string {
 }
 
 function isRestoreLane(outcome: string): boolean {
-  return outcome === 'restored';
+  return outcome === 'restored' || outcome === 'resumed';
 }
 
 /**
@@ -221,7 +222,7 @@ export class TimelineRenderer {
 
   private legend(): HTMLDivElement {
     const legend = el('div', 'ipr-legend');
-    for (const outcome of ['executed', 'restored', 'incomplete', 'failed']) {
+    for (const outcome of ['executed', 'restored', 'resumed', 'incomplete', 'failed']) {
       const item = el('span', 'ipr-legend-item');
       const dot = el('span', 'ipr-dot');
       dot.style.background = outcomeColour(outcome);

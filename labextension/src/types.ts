@@ -8,6 +8,7 @@
 export type Outcome =
   | 'executed'
   | 'restored'
+  | 'resumed'
   | 'incomplete'
   | 'unsaved'
   | 'failed'

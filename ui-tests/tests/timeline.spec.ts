@@ -114,11 +114,16 @@ test.describe('timeline side panel', () => {
     await page.notebook.runCell(3);
     expect(await outputText(page, 3)).toContain('10 False');
 
-    // Running 'second' again hits its checkpoint: a third row, live, marked restored.
-    await page.notebook.runCell(2);
+    // The restore itself is on the timeline: a third row, marked resumed.
     await expect(rows).toHaveCount(3);
-    await expect(rows.nth(2)).toHaveAttribute('data-cell-id', 'second');
-    await expect(rows.nth(2)).toHaveAttribute('data-outcome', 'restored');
+    await expect(rows.nth(2)).toHaveAttribute('data-cell-id', 'first');
+    await expect(rows.nth(2)).toHaveAttribute('data-outcome', 'resumed');
+
+    // Running 'second' again hits its checkpoint: a fourth row, live, marked restored.
+    await page.notebook.runCell(2);
+    await expect(rows).toHaveCount(4);
+    await expect(rows.nth(3)).toHaveAttribute('data-cell-id', 'second');
+    await expect(rows.nth(3)).toHaveAttribute('data-outcome', 'restored');
     await expect(panel.locator('.ipr-stat-hit-rate b')).not.toHaveText('0%');
     await page.notebook.runCell(3);
     expect(await outputText(page, 3)).toContain('15 True');
@@ -279,8 +284,10 @@ test.describe('timeline widget', () => {
     // A checkpoint run anywhere in the notebook shows up in the widget by itself.
     await page.notebook.addCell('code', '%%checkpoint extra\nq = scale + 1');
     await page.notebook.runCell((await page.notebook.getCellCount()) - 1);
-    await expect(rows).toHaveCount(3);
-    await expect(rows.nth(2)).toHaveAttribute('data-cell-id', 'extra');
+    // Rows: prepare, rescale, the restore (resumed), extra.
+    await expect(rows).toHaveCount(4);
+    await expect(rows.nth(2)).toHaveAttribute('data-outcome', 'resumed');
+    await expect(rows.nth(3)).toHaveAttribute('data-cell-id', 'extra');
   });
 });
 
