@@ -16,7 +16,7 @@ import sqlite3
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +30,7 @@ from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes
 from .store import SaveError, Store, StoreError
 from .store.fsio import atomic_write
 from .store.journal import Event, Journal
+from .units import format_size
 
 FORMAT_VERSION = "1"
 ABSENT = "absent"
@@ -434,7 +435,7 @@ class Engine:
                 info=info,
                 complete=not missing_files,
             )
-        except (SaveError, OSError, StoreError) as exc:
+        except (StoreError, OSError) as exc:  # SaveError is a StoreError
             listed = ", ".join(sorted(values)) or "no names"
             if isinstance(exc, SaveError):
                 text = f"{exc} Kept in the kernel: {listed}."
@@ -462,7 +463,7 @@ class Engine:
             if not opts.quiet:
                 host.message(
                     f"{PREFIX}executed '{opts.cell_id}' in {_seconds(duration)}; saved checkpoint "
-                    f"{saved.manifest.id} ({_size(saved.bytes_written)} written in "
+                    f"{saved.manifest.id} ({format_size(saved.bytes_written)} written in "
                     f"{_seconds(time.perf_counter() - save_started)})"
                 )
         outcome = Outcome(
@@ -619,21 +620,3 @@ def _seconds(value: float) -> str:
     if value < 120:
         return f"{value:.1f} s"
     return f"{value / 60:.1f} min"
-
-
-def _size(value: int) -> str:
-    size = float(value)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} TB"
-
-
-def names_list(names: Iterable[str]) -> str:
-    """Join names for a message: ``'a', 'b'``.
-
-    >>> names_list(["b", "a"])
-    "'a', 'b'"
-    """
-    return ", ".join(f"'{n}'" for n in sorted(names))

@@ -7,6 +7,7 @@ from typing import Any
 
 from .store import Manifest
 from .store.journal import Event
+from .units import format_size
 
 
 class TargetError(LookupError):
@@ -115,7 +116,7 @@ def table(manifests: Sequence[Manifest], events: Sequence[Event] = ()) -> str:
                 m.cell_id,
                 m.created.replace("T", " ")[:19],
                 "-" if duration is None else f"{float(duration):.2f} s",
-                human_size(m.bytes),
+                format_size(m.bytes),
                 outcome_of(m, events),
             )
         )
@@ -124,20 +125,6 @@ def table(manifests: Sequence[Manifest], events: Sequence[Event] = ()) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
-
-
-def human_size(value: int) -> str:
-    """Bytes in a short human form.
-
-    >>> human_size(1536)
-    '1.5 KB'
-    """
-    size = float(value)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} TB"
 
 
 def details_text(details: dict[str, Any]) -> str:
@@ -150,7 +137,7 @@ def details_text(details: dict[str, Any]) -> str:
         f"checkpoint {details['id']}  cell '{details['cell_id']}'  "
         f"created {str(details['created']).replace('T', ' ')[:19]} UTC",
         f"run took {float(details.get('duration') or 0):.2f} s; "
-        f"{human_size(int(details.get('bytes') or 0))} stored; "
+        f"{format_size(int(details.get('bytes') or 0))} stored; "
         f"{'complete' if details.get('complete') else 'incomplete'}",
         "names:",
     ]
@@ -158,7 +145,9 @@ def details_text(details: dict[str, Any]) -> str:
         shape = f" shape {tuple(info['shape'])}" if "shape" in info else ""
         dtype = f" {info['dtype']}" if "dtype" in info else ""
         size = info.get("bytes", info.get("stored_bytes", 0))
-        lines.append(f"  {name:<20} {info.get('type', '?')}{dtype}{shape}  {human_size(int(size))}")
+        lines.append(
+            f"  {name:<20} {info.get('type', '?')}{dtype}{shape}  {format_size(int(size))}"
+        )
     for name in details.get("deleted", []):
         lines.append(f"  {name:<20} (deleted)")
     for name, reason in sorted(details.get("failed", {}).items()):

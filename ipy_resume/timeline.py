@@ -22,6 +22,7 @@ from . import reports, rng
 from .engine import Outcome, default_store_dir, engine_for
 from .store import Manifest, Store
 from .store.journal import Event, Journal
+from .units import format_size
 
 RESTORING_OUTCOMES = ("executed", "restored", "incomplete", "resumed")
 
@@ -53,20 +54,25 @@ def snapshot(
         "store": str(root),
         "exists": exists,
         "events": [event.to_json() for event in events],
-        "summary": summary(root),
+        "summary": summary(root, store),
         "last_seq": events[-1].seq if events else after,
     }
 
 
-def summary(root: Path, store: Store | None = None) -> dict[str, Any]:
+def summary(
+    root: Path, store: Store | None = None, events: Sequence[Event] | None = None
+) -> dict[str, Any]:
     """Counts and totals of a store: checkpoints, bytes, hit rate, time saved.
+
+    *events* is the whole journal when the caller has read it already.
 
     >>> summary(Path("/nonexistent"))["checkpoints"]
     0
     """
     root = Path(root)
     manifests = _manifests(root, store)
-    events = Journal(root).events()
+    if events is None:
+        events = Journal(root).events()
     executed = sum(1 for e in events if e.outcome in ("executed", "incomplete", "failed"))
     restored = sum(1 for e in events if e.outcome == "restored")
     lookups = executed + restored
@@ -89,7 +95,7 @@ def stats(root: Path, store: Store | None = None) -> dict[str, Any]:
     """
     root = Path(root)
     events = Journal(root).events()
-    result = summary(root, store)
+    result = summary(root, store, events)
     result["save_latency"] = percentiles(e.io for e in events if e.outcome == "executed")
     result["load_latency"] = percentiles(e.io for e in events if e.outcome == "restored")
     result["sessions"] = len({e.session for e in events})
@@ -136,7 +142,7 @@ def stats_text(data: dict[str, Any]) -> str:
 
     return "\n".join(
         [
-            f"checkpoints   {data['checkpoints']} ({reports.human_size(data['bytes'])})",
+            f"checkpoints   {data['checkpoints']} ({format_size(data['bytes'])})",
             f"runs          {data['executed']} executed, {data['restored']} restored "
             f"(hit rate {data['hit_rate'] * 100:.0f}%)",
             f"time saved    {data['time_saved']:.1f} s",

@@ -244,6 +244,25 @@ stage = "normalised"
     code("%checkpoint show normalise", expect=("cell 'normalise'", "input:data")),
 ]
 
+FIT_DIGITS_CELL = """
+%%checkpoint fit-digits --seed 0
+import os, signal
+import numpy as np
+from sklearn.linear_model import SGDClassifier
+from ipy_resume import resumable
+
+model = SGDClassifier(loss="log_loss", random_state=0)
+curve = []
+for epoch in resumable(range(10), state=["model", "curve"], every=1):
+    order = np.random.permutation(len(X_train))
+    model.partial_fit(X_train[order], y_train[order], classes=np.arange(10))
+    curve.append(model.score(X_test, y_test))
+    print(f"epoch {epoch}: test accuracy {curve[-1]:.3f}")
+    if epoch == 4 and os.path.exists("crash-once"):
+        os.remove("crash-once")
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
 DIGITS = [
     md("""
 # A real model: digits with scikit-learn
@@ -268,48 +287,14 @@ X_train.shape, X_test.shape
     ),
     code('open("crash-once", "w").close()'),
     code(
-        """
-%%checkpoint fit-digits --seed 0
-import os, signal
-import numpy as np
-from sklearn.linear_model import SGDClassifier
-from ipy_resume import resumable
-
-model = SGDClassifier(loss="log_loss", random_state=0)
-curve = []
-for epoch in resumable(range(10), state=["model", "curve"], every=1):
-    order = np.random.permutation(len(X_train))
-    model.partial_fit(X_train[order], y_train[order], classes=np.arange(10))
-    curve.append(model.score(X_test, y_test))
-    print(f"epoch {epoch}: test accuracy {curve[-1]:.3f}")
-    if epoch == 4 and os.path.exists("crash-once"):
-        os.remove("crash-once")
-        os.kill(os.getpid(), signal.SIGKILL)
-""",
+        FIT_DIGITS_CELL,
         "expect-crash",
         expect=("epoch 4",),
     ),
     md("The kernel died at epoch 4. Restart it and resume:"),
     code("%load_ext ipy_resume\n%resume", "restart-kernel-before", expect=("restored",)),
     code(
-        """
-%%checkpoint fit-digits --seed 0
-import os, signal
-import numpy as np
-from sklearn.linear_model import SGDClassifier
-from ipy_resume import resumable
-
-model = SGDClassifier(loss="log_loss", random_state=0)
-curve = []
-for epoch in resumable(range(10), state=["model", "curve"], every=1):
-    order = np.random.permutation(len(X_train))
-    model.partial_fit(X_train[order], y_train[order], classes=np.arange(10))
-    curve.append(model.score(X_test, y_test))
-    print(f"epoch {epoch}: test accuracy {curve[-1]:.3f}")
-    if epoch == 4 and os.path.exists("crash-once"):
-        os.remove("crash-once")
-        os.kill(os.getpid(), signal.SIGKILL)
-""",
+        FIT_DIGITS_CELL,
         expect=("resuming loop 0 of 'fit-digits' at iteration 4 of 10", "epoch 9"),
     ),
     code(
@@ -339,6 +324,8 @@ NOTEBOOKS = {
 
 def main() -> None:
     for name, cells in NOTEBOOKS.items():
+        for index, cell in enumerate(cells):
+            cell.id = f"cell-{index}"  # stable ids: regenerating leaves the files unchanged
         nb = new_notebook(cells=cells)
         nb.metadata["kernelspec"] = {
             "name": "python3",

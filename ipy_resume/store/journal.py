@@ -114,7 +114,7 @@ class Journal:
         # checkpoint the WAL (with fsyncs) on every close, ~10 ms per cell.
         with self._lock:
             if self._conn is not None and not self.path.exists():
-                self.close_locked()  # the store was deleted under us
+                self._close_locked()  # the store was deleted under us
             if self._conn is None:
                 if not create and not self.path.exists():
                     yield None
@@ -135,7 +135,7 @@ class Journal:
                 self._conn = conn
             yield self._conn
 
-    def close_locked(self) -> None:
+    def _close_locked(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
@@ -144,7 +144,7 @@ class Journal:
     def close(self) -> None:
         """Close the connection (it reopens on the next use)."""
         with self._lock:
-            self.close_locked()
+            self._close_locked()
 
     def append(self, event: Event) -> Event:
         """Commit *event* durably; returns it with ``seq`` filled in."""

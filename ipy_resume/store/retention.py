@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ipy_resume import units
 from ipy_resume.store import blobs, fsio, lock, manifest
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
 from ipy_resume.store.manifest import Manifest
@@ -130,17 +131,12 @@ GC_USAGE = "usage: %checkpoint gc [--keep-last N] [--max-size SIZE]   (SIZE like
 
 
 def format_size(value: int) -> str:
-    """A short binary size: ``1.5 MiB``.
+    """A short binary size, in the units ``--max-size`` takes: ``1.5 KiB``.
 
     >>> format_size(1536)
     '1.5 KiB'
     """
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"  # pragma: no cover
+    return units.format_size(value, base=1024)
 
 
 @dataclass
