@@ -1357,23 +1357,45 @@ def _numpy_rule(t: type) -> _Atomic | tuple[_Handler, int] | None:
 # ---- pandas -----------------------------------------------------------------------------------
 
 
+def _joined_strings(items: list[Any]) -> bytes | None:
+    """Digest of a list of ``str`` in one pass over their UTF-8 bytes; None if not all are str.
+
+    The strings are joined with NUL; that is only unambiguous when no string holds a NUL, which
+    one count of the separators proves (else the caller falls back to hashing element by element).
+    """
+    try:
+        joined = "\0".join(items)
+    except TypeError:
+        return None
+    if items and joined.count("\0") != len(items) - 1:
+        return None
+    body = joined.encode("utf-8", "surrogatepass")
+    del joined
+    return _tagged(b"strings.joined\0" + _u64(len(items)), body)
+
+
 def _pd_object_values(fp: Fingerprinter, arr: Any) -> bytes:
-    """An object ndarray from pandas; all-string data is hashed by pandas, in C."""
+    """An object ndarray from pandas: all-string data is hashed as one buffer of UTF-8 bytes."""
     import numpy as np
 
     pd = sys.modules["pandas"]
-    hashed = None
-    try:
-        if pd.api.types.infer_dtype(arr, skipna=True) in ("string", "empty"):
-            # hash_array stringifies missing values (None hashes like "None"), so the mask
-            # tells them apart.
+    if arr.ndim == 1:
+        joined = _joined_strings(arr.tolist())
+        if joined is not None:
+            return _x(b"pd.strings\0" + joined)
+        try:
             mask = np.asarray(pd.isna(arr), dtype=bool)
-            hashed = pd.util.hash_array(arr, categorize=False)
-    except Exception:
-        hashed = None
-    if hashed is None:
-        return _c_ndarray(fp, arr)
-    return _x(b"pd.strings\0" + _c_ndarray(fp, mask) + _c_ndarray(fp, np.asarray(hashed)))
+        except Exception:
+            mask = None
+        if mask is not None and mask.shape == arr.shape and mask.any():
+            # Where the values are is the mask; what they are (None, nan, NA, NaT: all "missing"
+            # to pandas) is their one type; the strings between them are joined as above.
+            kinds = set(map(type, arr[mask].tolist()))
+            joined = _joined_strings(arr[~mask].tolist()) if len(kinds) == 1 else None
+            if joined is not None:
+                kind = fp._digest(kinds.pop())
+                return _x(b"pd.strings.masked\0" + kind + _c_ndarray(fp, mask) + joined)
+    return _c_ndarray(fp, arr)
 
 
 def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
@@ -1413,7 +1435,11 @@ def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
             data = np.where(mask, np.zeros((), dtype=data.dtype), data)
         return _x(b"pd.masked\0" + token + _c_ndarray(fp, data) + _c_ndarray(fp, mask))
     if isinstance(dtype, pd.StringDtype):
-        return _x(b"pd.string\0" + token + _pd_object_values(fp, values.to_numpy(dtype=object)))
+        # The python-backed StringArray keeps its object ndarray; others convert (a copy).
+        raw = getattr(values, "_ndarray", None)
+        if not (isinstance(raw, np.ndarray) and raw.dtype.hasobject):
+            raw = values.to_numpy(dtype=object)
+        return _x(b"pd.string\0" + token + _pd_object_values(fp, raw))
     return _x(b"pd.extension\0" + token + fp._ordered(values))
 
 

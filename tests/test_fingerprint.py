@@ -994,6 +994,35 @@ def test_dataframe_missing_values_are_not_strings() -> None:
     )
 
 
+def test_string_columns_are_hashed_by_content_without_ambiguity() -> None:
+    # The fast path joins strings with NUL: strings holding NUL must not collide.
+    distinct(
+        [
+            pd.Series(["a\0b", "c"], dtype=object),
+            pd.Series(["a", "b\0c"], dtype=object),
+            pd.Series(["a", "b", "c"], dtype=object),
+            pd.Series(["a\0b\0c"], dtype=object),
+            pd.Series(["", ""], dtype=object),
+            pd.Series([""], dtype=object),
+            pd.Series([], dtype=object),
+            pd.Series(["a", None, "b"], dtype=object),
+            pd.Series(["a", pd.NA, "b"], dtype=object),
+            pd.Series([None, "a", "b"], dtype=object),
+            pd.Series(["a", None, None, "b"], dtype=object),
+            pd.Series(["a", None, math.nan, "b"], dtype=object),
+            pd.Series(["\ud800", "x"], dtype=object),  # a lone surrogate still hashes
+        ]
+    )
+    big = pd.Series([f"label-{i % 997}" for i in range(200_000)], dtype="str")
+    changed = big.copy()
+    changed.iloc[123_456] = "label-x"
+    with_na = big.copy()
+    with_na.iloc[5] = None
+    distinct([big, changed, with_na])
+    assert fingerprint(big) == fingerprint(big.copy())
+    assert fingerprint(with_na) == fingerprint(with_na.copy())
+
+
 def test_dataframe_layout_does_not_matter() -> None:
     values = np.arange(12.0).reshape(4, 3)
     from_array = pd.DataFrame(values, columns=["a", "b", "c"])

@@ -258,6 +258,33 @@ def test_dataframe_with_mixed_dtypes(store: Store) -> None:
     pd.testing.assert_frame_equal(got, df)
 
 
+def test_blobs_of_a_large_checkpoint_are_read_together_and_verified(
+    store: Store, unpickle_calls: list[bytes]
+) -> None:
+    # Past the prefetch threshold the blobs are read two at a time; every one is still
+    # verified, and the error raised is the one reading them in order would raise.
+    n = 1_500_000
+    df = pd.DataFrame({"a": np.arange(n, dtype=np.float64), "s": [f"r{i % 7}" for i in range(n)]})
+    big = np.arange(3_000_000, dtype=np.int64)
+    m = store.save("c", "k", {"df": df, "big": big}).manifest
+    assert sum(r.size for r in m.blob_refs()) > store_module._PREFETCH_MIN
+    got = store.load_values(m)
+    pd.testing.assert_frame_equal(got["df"], df)
+    np.testing.assert_array_equal(got["big"], big)
+    unpickle_calls.clear()
+
+    column = m.values["df"].buffers[0]
+    with open(store.blob_path(column.blob), "r+b") as f:
+        f.seek(column.size // 2)
+        f.write(b"\xff" * 8)
+    with pytest.raises(CorruptBlob, match="failed its checksum") as info:
+        store.load_values(m)
+    assert info.value.path == store.blobs.relpath(column.blob)
+    assert unpickle_calls == []  # nothing was unpickled: the stream's buffer was bad
+    assert not store.blob_path(column.blob).exists()  # quarantined
+    np.testing.assert_array_equal(store.load_values(m, ["big"])["big"], big)
+
+
 def test_nested_containers_and_custom_classes(store: Store) -> None:
     class Local:  # pickled by value by cloudpickle
         def __init__(self, v: int) -> None:
