@@ -251,7 +251,7 @@ def noise(samples: dict[str, Any]) -> dict[str, float]:
 def replot(path: Path) -> int:
     """Table, summary and chart of an earlier run, from its JSON (samples are kept as is)."""
     result = json.loads(path.read_text())
-    result["summary"] = report.summarize(result["samples"])
+    result["summary"] = report.summarize(result["samples"], result.get("notes"))
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(report.table(result["summary"]))
     title = (
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     info["loadavg_during"] = load
     info["loadavg_end"] = list(os.getloadavg())
     info["elapsed_s"] = time.perf_counter() - started
-    summary = report.summarize(samples)
+    summary = report.summarize(samples, notes)
     text = report.table(summary)
     result = {
         "scale": args.scale,

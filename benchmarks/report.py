@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ from benchmarks.harness import median
 
 PEERS = ["joblib", "ipycache", "dill", "kishu"]
 Samples = dict[str, dict[str, dict[str, list[float]]]]  # workload -> system -> metric -> values
+Notes = dict[str, dict[str, list[str]]]  # workload -> system -> notes
 
 
 @dataclass
@@ -31,6 +32,8 @@ class PeerRow:
     unit: str
     ours: float
     peers: dict[str, float]  # peer -> its median (nan when it cannot do this)
+    # peer -> why its figure is not a like-for-like result (a stale answer, no key at all)
+    not_comparable: dict[str, str] = field(default_factory=dict)
 
     def ratio(self, peer: str) -> float:
         """How many times ipy_resume is better (peer / ours; > 1 means ipy_resume wins)."""
@@ -129,7 +132,11 @@ PEER_METRICS = [
 ]
 
 
-def peer_rows(samples: Samples) -> list[PeerRow]:
+# A harness note with one of these words says the peer's figure answers another question.
+_NOT_COMPARABLE = ("stale", "not comparable")
+
+
+def peer_rows(samples: Samples, notes: Notes | None = None) -> list[PeerRow]:
     rows = []
     for workload, metric, unit, label in PEER_METRICS:
         if workload not in samples:
@@ -138,7 +145,13 @@ def peer_rows(samples: Samples) -> list[PeerRow]:
         theirs = {p: med(samples, workload, p, metric) for p in PEERS}
         if workload == "6":
             theirs["re-execute"] = med(samples, workload, "plain", metric)
-        rows.append(PeerRow(f"W{workload}", label, unit, ours, theirs))
+        flagged = {
+            peer: text
+            for peer, texts in (notes or {}).get(workload, {}).items()
+            for text in texts
+            if any(word in text for word in _NOT_COMPARABLE)
+        }
+        rows.append(PeerRow(f"W{workload}", label, unit, ours, theirs, flagged))
     return rows
 
 
@@ -202,6 +215,9 @@ def table(summary: dict[str, Any]) -> str:
         cells = []
         for peer in columns:
             value = row["peers"].get(peer, math.nan)
+            if peer in row.get("not_comparable", {}):
+                cells.append("not comparable")
+                continue
             if math.isnan(value):
                 cells.append("n/a")
                 continue
@@ -212,10 +228,11 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def summarize(samples: Samples) -> dict[str, Any]:
+def summarize(samples: Samples, notes: Notes | None = None) -> dict[str, Any]:
+    """Targets and peer rows of a run; *notes* mark peer figures that are not comparable."""
     return {
         "targets": [asdict(t) for t in targets(samples)],
-        "peers": [asdict(r) for r in peer_rows(samples)],
+        "peers": [asdict(r) for r in peer_rows(samples, notes)],
     }
 
 
@@ -246,6 +263,8 @@ def chart(summary: dict[str, Any], path: Path, title: str) -> None:
         values = []
         for row in rows:
             value = row["peers"].get(peer, math.nan)
+            if peer in row.get("not_comparable", {}):
+                value = math.nan
             values.append(_ratio(value, row["ours"]))
         ys = [i + j * width for i in range(len(rows))]
         bottom.barh(ys, [0 if math.isnan(v) else v for v in values], height=width, label=peer)
@@ -254,7 +273,9 @@ def chart(summary: dict[str, Any], path: Path, title: str) -> None:
     bottom.set_xscale("log")
     bottom.axvline(1.0, color="black", linestyle="--", linewidth=1)
     bottom.set_xlabel("peer / ipy_resume (log; right of the dashed line = ipy_resume better)")
-    bottom.set_title("Against the peers (missing bar: the peer cannot do it)")
+    bottom.set_title(
+        "Against the peers (missing bar: the peer cannot do it, or gave no comparable result)"
+    )
     bottom.invert_yaxis()
     bottom.legend(fontsize=8, loc="lower right")
     fig.suptitle(title, fontsize=10)

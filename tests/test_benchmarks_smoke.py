@@ -63,3 +63,28 @@ def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     assert not result["notes"]["6"].get("ipy_resume"), result["notes"]["6"]
     names = {t["name"] for t in result["summary"]["targets"]}
     assert any(name.startswith("W1 save") for name in names)
+
+
+def test_results_a_peer_gets_by_not_answering_are_not_ranked() -> None:
+    # ipycache's "hit" of a changed input is fast because it returns the stale result; the
+    # table and the chart must not count it as a win or a loss.
+    from benchmarks import report
+
+    samples = {
+        "3": {
+            "ipy_resume": {"hit_s": [0.04, 0.05]},
+            "ipycache": {"hit_s": [0.001]},
+            "joblib": {"hit_s": [1.4]},
+        }
+    }
+    notes = {
+        "3": {"ipycache": ["hit without any key: it never looks at the input (not comparable)"]}
+    }
+    (row,) = report.peer_rows(samples, notes)
+    assert row.not_comparable.keys() == {"ipycache"}
+    assert row.ratio("joblib") == pytest.approx(1.4 / 0.045)
+    text = report.table(report.summarize(samples, notes))
+    line = next(x for x in text.splitlines() if x.startswith("| W3 1 GB input"))
+    assert "not comparable" in line and "0.02x" not in line and "(31.1x)" in line
+    unflagged = report.table(report.summarize(samples))
+    assert "not comparable" not in unflagged
