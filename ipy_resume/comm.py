@@ -261,6 +261,7 @@ def notify_changed(shell: Any = None, root: Path | None = None) -> int:
                     "summary": snap["summary"],
                     "last_seq": snap["last_seq"],
                     "store": snap["store"],
+                    "unavailable": snap["unavailable"],
                 }
             )
             for comm in list(state.comms):

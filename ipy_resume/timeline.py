@@ -49,28 +49,39 @@ def snapshot(
     """
     root = Path(root)
     exists = (root / "store.json").exists() or (root / "manifests").is_dir()
-    events = Journal(root).events(after=after, limit=limit)
+    journal = Journal(root)
+    events = journal.events(after=after, limit=limit)
+    manifests = _manifests(root, store)
+    live = {m.id for m in manifests}
     return {
         "store": str(root),
         "exists": exists,
         "events": [event.to_json() for event in events],
-        "summary": summary(root, store),
+        "summary": summary(root, store, manifests=manifests),
         "last_seq": events[-1].seq if events else after,
+        # checkpoints the journal names but the store no longer has (gc, deleted, untrusted):
+        # their rows stay on the timeline, but they cannot be restored
+        "unavailable": sorted(journal.checkpoint_ids() - live),
     }
 
 
 def summary(
-    root: Path, store: Store | None = None, events: Sequence[Event] | None = None
+    root: Path,
+    store: Store | None = None,
+    events: Sequence[Event] | None = None,
+    manifests: Sequence[Manifest] | None = None,
 ) -> dict[str, Any]:
     """Counts and totals of a store: checkpoints, bytes, hit rate, time saved.
 
-    *events* is the whole journal when the caller has read it already.
+    *events* (the whole journal) and *manifests* (every verified one) when the caller has
+    read them already.
 
     >>> summary(Path("/nonexistent"))["checkpoints"]
     0
     """
     root = Path(root)
-    manifests = _manifests(root, store)
+    if manifests is None:
+        manifests = _manifests(root, store)
     if events is None:
         events = Journal(root).events()
     executed = sum(1 for e in events if e.outcome in ("executed", "incomplete", "failed"))

@@ -188,6 +188,7 @@ def test_notify_changed_pushes_new_events(tmp_path: Path) -> None:
         assert all(e["seq"] > seq for e in new)
         assert pushes[0]["last_seq"] >= seq + 1
         assert pushes[0]["summary"]["checkpoints"] == 2
+        assert pushes[0]["unavailable"] == []  # nothing collected yet
 
 
 def test_handle_request_in_process(tmp_path: Path, shell: InteractiveShell) -> None:

@@ -232,6 +232,27 @@ def test_restore_of_a_collected_checkpoint_says_so(
         shell.run_line_magic("checkpoint", f"restore {old.id}")
 
 
+def test_snapshot_marks_checkpoints_gc_removed(
+    shell: InteractiveShell, history: dict[str, dict[str, object]]
+) -> None:
+    from ipy_resume.timeline import snapshot
+
+    root = Path("store")
+    before = snapshot(root)
+    assert before["unavailable"] == []
+    old = next(m for m in Store(root).manifests() if m.cell_id == "load")
+    run(shell, STEPS[0].replace("scale = 1", "scale = 10"))
+    shell.run_line_magic("checkpoint", "gc --keep-last 1")
+    after = snapshot(root)
+    assert after["unavailable"] == [old.id]
+    # its event stays on the timeline (the panel greys it out), the others are restorable
+    rows = [e for e in after["events"] if e["checkpoint_id"] == old.id]
+    assert rows and all(e["cell_id"] == "load" for e in rows)
+    assert after["summary"]["checkpoints"] == before["summary"]["checkpoints"]
+    # an incremental snapshot (what pushes send) carries the whole list too
+    assert snapshot(root, after=after["last_seq"])["unavailable"] == [old.id]
+
+
 def test_a_restore_from_the_panel_joins_the_timeline(
     shell: InteractiveShell, isolated: Path, history: dict[str, dict[str, object]]
 ) -> None:

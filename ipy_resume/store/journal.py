@@ -208,6 +208,14 @@ class Journal:
             conn.row_factory = sqlite3.Row
             return [_row_to_event(row) for row in conn.execute(sql, params)]
 
+    def checkpoint_ids(self) -> set[str]:
+        """Every checkpoint id an event refers to."""
+        sql = "SELECT DISTINCT checkpoint_id FROM events WHERE checkpoint_id IS NOT NULL"
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return set()
+            return {row[0] for row in conn.execute(sql)}
+
     def last(self, session: str | None = None) -> Event | None:
         """The most recent event (of *session*, when given)."""
         sql = "SELECT * FROM events"

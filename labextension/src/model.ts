@@ -369,7 +369,10 @@ export class TimelineModel implements ITimelineModel {
     this.merge(msg.events, msg);
   }
 
-  private merge(events: TimelineEvent[], meta: Pick<Snapshot, 'summary' | 'last_seq' | 'store'>): void {
+  private merge(
+    events: TimelineEvent[],
+    meta: Pick<Snapshot, 'summary' | 'last_seq' | 'store' | 'unavailable'>
+  ): void {
     const base = this.snapshot;
     if (!base) {
       void this.refresh();
@@ -383,7 +386,8 @@ export class TimelineModel implements ITimelineModel {
       exists: true,
       events: fresh.length ? base.events.concat(fresh) : base.events,
       summary: meta.summary ?? base.summary,
-      last_seq: Math.max(lastSeq, meta.last_seq ?? -1)
+      last_seq: Math.max(lastSeq, meta.last_seq ?? -1),
+      unavailable: meta.unavailable ?? base.unavailable
     });
   }
 

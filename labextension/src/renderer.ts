@@ -107,6 +107,7 @@ export class TimelineRenderer {
   private state: ViewState | null = null;
   private items: Item[] = [];
   private itemsFor: Snapshot | null = null;
+  private unavailable = new Set<string>();
   private marks: Mark[] = [];
   private rowNodes = new Map<number, HTMLDivElement>();
   private readonly maxListHeight: number | null;
@@ -184,6 +185,7 @@ export class TimelineRenderer {
     if (state.snapshot !== this.itemsFor) {
       this.itemsFor = state.snapshot;
       this.items = buildItems(state.snapshot?.events ?? []);
+      this.unavailable = new Set(state.snapshot?.unavailable ?? []);
     }
     this.renderStatus();
     this.renderSummary();
@@ -332,7 +334,10 @@ export class TimelineRenderer {
     const fact = (label: string, value: string) => {
       facts.append(factRow(label, value));
     };
-    fact('checkpoint', shortId(event.checkpoint_id));
+    fact(
+      'checkpoint',
+      shortId(event.checkpoint_id) + (this.isUnavailable(event) ? ' — gone: removed by gc, deleted or untrusted' : '')
+    );
     fact('when', `${formatDay(event.started)} ${formatClock(event.started)}`);
     fact(event.outcome === 'restored' ? 'restore took' : 'run took', formatDuration(event.duration));
     if (event.saved) {
@@ -345,7 +350,8 @@ export class TimelineRenderer {
     node.append(facts);
 
     const actions = el('div', 'ipr-actions');
-    const restorable = Boolean(event.checkpoint_id) && event.outcome !== 'failed';
+    const gone = this.isUnavailable(event);
+    const restorable = Boolean(event.checkpoint_id) && event.outcome !== 'failed' && !gone;
     if (this.confirming === event.seq) {
       const question = el(
         'div',
@@ -367,9 +373,11 @@ export class TimelineRenderer {
     } else {
       const restore = el('button', 'ipr-button ipr-primary ipr-restore', 'Restore kernel to here');
       restore.disabled = !state.canRestore || !restorable || state.restoring;
-      restore.title = !restorable
-        ? 'This event has no checkpoint to restore'
-        : state.canRestore
+      restore.title = gone
+        ? 'This checkpoint is no longer in the store (removed by gc, deleted or untrusted)'
+        : !restorable
+          ? 'This event has no checkpoint to restore'
+          : state.canRestore
           ? 'Rebuild the kernel state as of this checkpoint'
           : 'Needs a live kernel with ipy_resume loaded';
       restore.addEventListener('click', () => {
@@ -477,6 +485,7 @@ export class TimelineRenderer {
       if (existing) {
         if (item.kind === 'row') {
           existing.classList.toggle('ipr-selected', state.selected === item.event.seq);
+          this.markUnavailable(existing, item.event);
         }
         continue;
       }
@@ -507,6 +516,7 @@ export class TimelineRenderer {
     if (state.selected === event.seq) {
       row.classList.add('ipr-selected');
     }
+    this.markUnavailable(row, event);
     const dot = el('span', 'ipr-dot');
     dot.style.background = outcomeColour(event.outcome);
     const saved = event.saved ? `saved ${formatDuration(event.saved)}` : '';
@@ -519,9 +529,22 @@ export class TimelineRenderer {
       el('span', 'ipr-col-bytes', formatBytes(event.bytes)),
       el('span', `ipr-col-outcome ipr-outcome-${event.outcome}`, event.outcome)
     );
-    row.title = `${event.cell_id} · ${event.outcome} · checkpoint ${shortId(event.checkpoint_id)}`;
     row.addEventListener('click', () => this.actions.select(event.seq));
     return row;
+  }
+
+  private isUnavailable(event: TimelineEvent): boolean {
+    return event.checkpoint_id !== null && this.unavailable.has(event.checkpoint_id);
+  }
+
+  /** A row whose checkpoint is gone stays on the timeline, greyed, and says why. */
+  private markUnavailable(row: HTMLElement, event: TimelineEvent): void {
+    const gone = this.isUnavailable(event);
+    row.classList.toggle('ipr-unavailable', gone);
+    row.dataset.unavailable = String(gone);
+    row.title =
+      `${event.cell_id} · ${event.outcome} · checkpoint ${shortId(event.checkpoint_id)}` +
+      (gone ? ' · no longer in the store (gc, deleted or untrusted)' : '');
   }
 
   private drawStrip(): void {

@@ -48,6 +48,8 @@ export interface Snapshot {
   events: TimelineEvent[];
   summary: Summary;
   last_seq: number | null;
+  /** Checkpoints events name that the store no longer has (gc, deleted, untrusted). */
+  unavailable?: string[];
 }
 
 export interface NameInfo {

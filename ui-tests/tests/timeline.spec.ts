@@ -66,6 +66,14 @@ async function fillNotebook(page: IJupyterLabPageFixture, cells: string[]): Prom
   }
 }
 
+/** Add a code cell at the end, run it, and return its index. */
+async function appendAndRun(page: IJupyterLabPageFixture, source: string): Promise<number> {
+  await page.notebook.addCell('code', source);
+  const index = (await page.notebook.getCellCount()) - 1;
+  await page.notebook.runCell(index);
+  return index;
+}
+
 async function outputText(page: IJupyterLabPageFixture, index: number): Promise<string> {
   return ((await page.notebook.getCellTextOutput(index)) ?? []).join('');
 }
@@ -128,6 +136,22 @@ test.describe('timeline side panel', () => {
     await page.notebook.runCell(3);
     expect(await outputText(page, 3)).toContain('15 True');
     await shot(panel, testInfo, 'panel.png', true);
+
+    // A newer checkpoint of 'first', then gc keeping one per cell: the older one is gone.
+    // Its rows (the run and the restore to it) stay on the timeline, greyed and not restorable.
+    await appendAndRun(page, '%%checkpoint first\nx = 11');
+    await expect(rows).toHaveCount(5);
+    const gc = await appendAndRun(page, '%checkpoint gc --keep-last 1');
+    expect(await outputText(page, gc)).toContain('removed 1 checkpoint');
+    await expect(rows.nth(0)).toHaveAttribute('data-unavailable', 'true');
+    await expect(rows.nth(2)).toHaveAttribute('data-unavailable', 'true');
+    await expect(rows.nth(1)).toHaveAttribute('data-unavailable', 'false');
+    await expect(rows.nth(4)).toHaveAttribute('data-unavailable', 'false');
+    await rows.nth(0).click();
+    await expect(panel.locator('.ipr-restore')).toBeDisabled();
+    await expect(panel.locator('.ipr-facts')).toContainText('gone');
+    await rows.nth(4).click();
+    await expect(panel.locator('.ipr-restore')).toBeEnabled();
   });
 
   test('states: not loaded, live, busy, then restarting with the timeline from disk', async ({ page }, testInfo) => {
