@@ -1023,6 +1023,25 @@ def test_string_columns_are_hashed_by_content_without_ambiguity() -> None:
     assert fingerprint(with_na) == fingerprint(with_na.copy())
 
 
+def test_string_columns_hash_the_same_however_they_are_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ipy_resume.fingerprint as fpmod
+
+    labels = pd.Series([f"doc {i} " * (i % 5) for i in range(50)], dtype=object)
+    whole = fingerprint(labels)
+    monkeypatch.setattr(fpmod, "_JOIN_CHUNK", 7)
+    assert fingerprint(labels) == whole
+    # a NUL inside a string is still caught when it sits in a later piece
+    with_nul = labels.copy()
+    with_nul.iloc[45] = "a\0b"
+    split = labels.copy()
+    split.iloc[45] = "a"
+    assert fingerprint(with_nul) != fingerprint(split)
+    monkeypatch.setattr(fpmod, "_JOIN_CHUNK", 10**9)
+    assert fingerprint(labels) == whole
+
+
 def test_dataframe_layout_does_not_matter() -> None:
     values = np.arange(12.0).reshape(4, 3)
     from_array = pd.DataFrame(values, columns=["a", "b", "c"])
