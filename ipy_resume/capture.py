@@ -4,11 +4,22 @@ The recording is a list of events in the order they happened, so a replay
 interleaves stdout, stderr and rich output exactly as the first run did. This
 module knows nothing of IPython: the display side is a pair of callables the
 adapter supplies.
+
+Output that bypasses ``sys.stdout`` — C extensions writing to file descriptor 1,
+subprocesses, ``os.write`` — is recorded too when the Python streams are not
+themselves file descriptors 1 and 2 (a Jupyter kernel, a captured test): for the
+cell's duration those descriptors point into a pipe whose reader both forwards
+every byte to where they pointed before (so the user still sees it live) and
+records it.  In a terminal, where ``sys.stdout`` *is* descriptor 1, the Python
+level already sees everything worth recording there.
 """
 
 from __future__ import annotations
 
+import codecs
+import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -19,6 +30,13 @@ Event = tuple[str, Any]
 
 # The real (stdout, stderr) of each active tee, innermost last.
 _live: list[tuple[TextIO, TextIO]] = []
+
+# Appends to a record come from the cell's thread and from the descriptor readers.
+_record_lock = threading.Lock()
+
+# How long the end of a cell waits for a descriptor's reader to drain what was written; only
+# a child process still holding the pipe (a worker pool, a background job) makes it wait.
+_DRAIN_S = 0.2
 
 
 @dataclass
@@ -66,7 +84,8 @@ class StreamTee:
         self._record = record
 
     def write(self, text: str) -> int:
-        self._record.add_stream(self._name, text)
+        with _record_lock:
+            self._record.add_stream(self._name, text)
         return self._target.write(text)
 
     def writelines(self, lines: Any) -> None:
@@ -85,6 +104,9 @@ class StreamTee:
 def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
     """Tee ``sys.stdout`` and ``sys.stderr`` into *record* for the duration.
 
+    The outermost tee also records descriptors 1 and 2 where the Python streams are
+    not those descriptors (see the module's docstring).
+
     >>> rec = OutputRecord()
     >>> with tee_streams(rec):
     ...     print("hi")
@@ -93,7 +115,15 @@ def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
     'hi\\n'
     """
     saved = sys.stdout, sys.stderr
+    outermost = not _live
     _live.append(saved)
+    fd_tees: list[_FdTee] = []
+    if outermost:
+        for fd, name, stream in ((1, "stdout", saved[0]), (2, "stderr", saved[1])):
+            if not _is_descriptor(stream, fd):
+                tee = _FdTee.start(fd, name, record)
+                if tee is not None:
+                    fd_tees.append(tee)
     sys.stdout = StreamTee(saved[0], "stdout", record)
     sys.stderr = StreamTee(saved[1], "stderr", record)
     try:
@@ -105,6 +135,104 @@ def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
                 stream.flush()
         sys.stdout, sys.stderr = saved
         _live.pop()
+        if fd_tees:
+            _flush_c_stdio()
+            for tee in fd_tees:
+                tee.stop()
+
+
+def _is_descriptor(stream: Any, fd: int) -> bool:
+    """True when *stream* writes to descriptor *fd* itself (a terminal's ``sys.stdout``)."""
+    try:
+        return bool(stream.fileno() == fd)
+    except Exception:  # a kernel's or a test's stream has no descriptor of its own
+        return False
+
+
+_fflush: Any = None
+
+
+def _flush_c_stdio() -> None:
+    """Flush C's ``stdout`` buffers, so what C code printed reaches the pipe before it closes."""
+    global _fflush
+    try:
+        if _fflush is None:
+            import ctypes
+
+            _fflush = ctypes.CDLL(None).fflush
+        _fflush(None)
+    except Exception:  # no C library to ask (an unusual platform): nothing to flush
+        _fflush = False if _fflush is None else _fflush
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _FdTee:
+    """Points descriptor *fd* into a pipe for a cell; a reader forwards and records."""
+
+    def __init__(self, fd: int, name: str, record: OutputRecord) -> None:
+        self.fd, self.name, self.record = fd, name, record
+        self.recording = True
+        self.restore_to = os.dup(fd)  # put back at the end
+        self.forward_to = os.dup(fd)  # the reader's copy: it may outlive the cell
+        read_end, write_end = os.pipe()
+        try:
+            os.dup2(write_end, fd)
+        finally:
+            os.close(write_end)
+        stat = os.fstat(fd)
+        self.pipe = (stat.st_dev, stat.st_ino)
+        self.read_end = read_end
+        self.thread = threading.Thread(target=self._pump, name=f"ipy_resume-fd{fd}", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def start(cls, fd: int, name: str, record: OutputRecord) -> _FdTee | None:
+        try:
+            os.fstat(fd)
+            return cls(fd, name, record)
+        except OSError:  # no such descriptor (a daemon), or out of descriptors: not recorded
+            return None
+
+    def _pump(self) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        forwarding = True
+        try:
+            while data := os.read(self.read_end, 65536):
+                if forwarding:
+                    try:
+                        _write_all(self.forward_to, data)
+                    except OSError:  # where it went is gone: keep recording
+                        forwarding = False
+                with _record_lock:
+                    if self.recording:
+                        self.record.add_stream(self.name, decoder.decode(data))
+        except OSError:
+            pass
+        finally:
+            os.close(self.read_end)
+            os.close(self.forward_to)
+
+    def stop(self) -> None:
+        """Put the descriptor back and record what was written to it during the cell."""
+        try:
+            stat = os.fstat(self.fd)
+            # a cell that pointed the descriptor elsewhere itself keeps its choice
+            if (stat.st_dev, stat.st_ino) == self.pipe:
+                os.dup2(self.restore_to, self.fd)
+        except OSError:
+            pass
+        finally:
+            os.close(self.restore_to)
+        # The pipe's last writer is gone unless a child process inherited it: then the
+        # reader keeps forwarding its output, but the record closes now.
+        self.thread.join(_DRAIN_S)
+        with _record_lock:
+            self.recording = False
 
 
 def live_stderr() -> TextIO:

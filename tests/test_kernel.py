@@ -39,3 +39,34 @@ def test_fresh_kernel_restores_values_output_and_rng(tmp_path: Path) -> None:
     assert first[1].result == second[1].result and second[1].result["text/plain"] == "(64, 64)"
     assert first[2].result == second[2].result
     assert "restored 'fit'" in second[1].stderr
+
+
+FD_CELL = (
+    "%%checkpoint native\n"
+    "import os, subprocess\n"
+    "print('from python')\n"
+    "os.write(1, b'from the descriptor\\n')\n"
+    "subprocess.run(['echo', 'from a child'], check=True)\n"
+    "os.write(2, b'warning from C\\n')\n"
+    "done = True\n"
+)
+
+
+def test_output_written_below_python_is_shown_live_and_replayed(tmp_path: Path) -> None:
+    # What C code and child processes write to descriptors 1 and 2 reaches the notebook
+    # through the kernel's own pipe; ipy_resume records it on the way and replays it.
+    runs = []
+    for _ in range(2):
+        with Kernel(tmp_path, kernel_env(tmp_path)) as kernel:
+            kernel.run("%load_ext ipy_resume")
+            runs.append(kernel.run(FD_CELL))
+            after = kernel.run("import os; os.write(1, b'after the cell\\n'); done")
+            assert after.result == {"text/plain": "True"}
+            assert "after the cell" in after.stdout  # the kernel's own pipe is back in place
+    first, second = runs
+    assert first.status == second.status == "ok", (first.error, second.error)
+    for text in ("from python", "from the descriptor", "from a child"):
+        assert text in first.stdout and text in second.stdout, (first.stdout, second.stdout)
+    assert "warning from C" in first.stderr and "warning from C" in second.stderr
+    assert "restored 'native'" in second.stderr
+    assert second.stdout.count("from the descriptor") == 1  # replayed once, not twice
