@@ -32,7 +32,7 @@ Event = tuple[str, Any]
 _live: list[tuple[TextIO, TextIO]] = []
 
 # Appends to a record come from the cell's thread and from the descriptor readers.
-_record_lock = threading.Lock()
+_record_lock = threading.RLock()
 
 # How long the end of a cell waits for a descriptor's reader to drain what was written; only
 # a child process still holding the pipe (a worker pool, a background job) makes it wait.
@@ -49,22 +49,28 @@ class OutputRecord:
 
     events: list[Event] = field(default_factory=list)
 
+    # Descriptor readers append from their own threads (see _FdTee): every change holds
+    # the module's lock, so a merge never lands on an event appended in between.
+
     def add_stream(self, name: str, text: str) -> None:
         """Append stream text, merging with the previous event of the same stream."""
         if not text:
             return
-        if self.events and self.events[-1][0] == name:
-            self.events[-1] = (name, self.events[-1][1] + text)
-        else:
-            self.events.append((name, text))
+        with _record_lock:
+            if self.events and self.events[-1][0] == name:
+                self.events[-1] = (name, self.events[-1][1] + text)
+            else:
+                self.events.append((name, text))
 
     def add_display(self, payload: dict[str, Any]) -> None:
         """Append one rich display message (data, metadata, transient, update)."""
-        self.events.append(("display", payload))
+        with _record_lock:
+            self.events.append(("display", payload))
 
     def add_clear(self, wait: bool) -> None:
         """Append a ``clear_output`` request."""
-        self.events.append(("clear", {"wait": wait}))
+        with _record_lock:
+            self.events.append(("clear", {"wait": wait}))
 
     def text(self, name: str = "stdout") -> str:
         """All text written to one stream.
@@ -84,8 +90,7 @@ class StreamTee:
         self._record = record
 
     def write(self, text: str) -> int:
-        with _record_lock:
-            self._record.add_stream(self._name, text)
+        self._record.add_stream(self._name, text)
         return self._target.write(text)
 
     def writelines(self, lines: Any) -> None:
@@ -177,25 +182,40 @@ class _FdTee:
     def __init__(self, fd: int, name: str, record: OutputRecord) -> None:
         self.fd, self.name, self.record = fd, name, record
         self.recording = True
-        self.restore_to = os.dup(fd)  # put back at the end
-        self.forward_to = os.dup(fd)  # the reader's copy: it may outlive the cell
-        read_end, write_end = os.pipe()
+        opened: list[int] = []
+        try:
+            self.restore_to = os.dup(fd)  # put back at the end
+            opened.append(self.restore_to)
+            self.forward_to = os.dup(fd)  # the reader's copy: it may outlive the cell
+            opened.append(self.forward_to)
+            self.read_end, write_end = os.pipe()
+            opened += [self.read_end, write_end]
+            # The reader starts before the descriptor points at the pipe: an unread pipe
+            # would block the cell's writes once 64 KB are waiting.
+            self.thread = threading.Thread(
+                target=self._pump, name=f"ipy_resume-fd{fd}", daemon=True
+            )
+            self.thread.start()
+        except BaseException:
+            for each in opened:
+                os.close(each)
+            raise
         try:
             os.dup2(write_end, fd)
+            stat = os.fstat(fd)
+            self.pipe = (stat.st_dev, stat.st_ino)
+        except BaseException:
+            os.close(self.restore_to)
+            raise
         finally:
-            os.close(write_end)
-        stat = os.fstat(fd)
-        self.pipe = (stat.st_dev, stat.st_ino)
-        self.read_end = read_end
-        self.thread = threading.Thread(target=self._pump, name=f"ipy_resume-fd{fd}", daemon=True)
-        self.thread.start()
+            os.close(write_end)  # the reader now ends when the descriptor is put back
 
     @classmethod
     def start(cls, fd: int, name: str, record: OutputRecord) -> _FdTee | None:
         try:
             os.fstat(fd)
             return cls(fd, name, record)
-        except OSError:  # no such descriptor (a daemon), or out of descriptors: not recorded
+        except (OSError, RuntimeError):  # no such descriptor, out of descriptors or threads
             return None
 
     def _pump(self) -> None:
@@ -208,9 +228,12 @@ class _FdTee:
                         _write_all(self.forward_to, data)
                     except OSError:  # where it went is gone: keep recording
                         forwarding = False
-                with _record_lock:
+                with _record_lock:  # so nothing is appended once stop() has closed the record
                     if self.recording:
-                        self.record.add_stream(self.name, decoder.decode(data))
+                        try:
+                            self.record.add_stream(self.name, decoder.decode(data))
+                        except Exception:  # keep forwarding: a full pipe would block the writer
+                            self.recording = False
         except OSError:
             pass
         finally:

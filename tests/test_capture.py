@@ -94,3 +94,24 @@ def test_nested_tees_record_descriptors_once(kernel_like_streams: None) -> None:
         os.write(1, b"native\n")
     assert outer.text("stdout") == "native\n"
     assert inner.text("stdout") == ""  # only the outermost tee owns the descriptors
+
+
+def test_displays_and_descriptor_output_interleave_without_losing_either(
+    kernel_like_streams: None,
+) -> None:
+    # The reader thread merges stream text into the last event while the cell's thread
+    # appends display events: every event must survive whole and in order. Threads switch
+    # as often as the interpreter allows, to give the two every chance to collide.
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    record = OutputRecord()
+    try:
+        with tee_streams(record):
+            for i in range(2000):
+                os.write(1, b"x\n")
+                record.add_display({"data": {"text/plain": str(i)}})
+    finally:
+        sys.setswitchinterval(previous)
+    displays = [value for kind, value in record.events if kind == "display"]
+    assert [d["data"]["text/plain"] for d in displays] == [str(i) for i in range(2000)]
+    assert record.text("stdout") == "x\n" * 2000
