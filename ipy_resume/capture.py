@@ -6,18 +6,19 @@ module knows nothing of IPython: the display side is a pair of callables the
 adapter supplies.
 
 Output that bypasses ``sys.stdout`` — C extensions writing to file descriptor 1,
-subprocesses, ``os.write`` — is recorded too when the Python streams are not
-themselves file descriptors 1 and 2 (a Jupyter kernel, a captured test): for the
-cell's duration those descriptors point into a pipe whose reader both forwards
-every byte to where they pointed before (so the user still sees it live) and
-records it.  In a terminal, where ``sys.stdout`` *is* descriptor 1, the Python
-level already sees everything worth recording there.
+subprocesses, ``os.write`` — is recorded too in a Jupyter kernel (where those
+descriptors are pipes the kernel drains and the Python streams are not the
+descriptors themselves): for the cell's duration each descriptor points into a
+pipe of ours whose reader both forwards every byte to where it pointed before
+(so the user still sees it live) and records it.  In a terminal, where
+``sys.stdout`` *is* descriptor 1, it goes to the terminal unrecorded.
 """
 
 from __future__ import annotations
 
 import codecs
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -37,6 +38,14 @@ _record_lock = threading.RLock()
 # How long the end of a cell waits for a descriptor's reader to drain what was written; only
 # a child process still holding the pipe (a worker pool, a background job) makes it wait.
 _DRAIN_S = 0.2
+_PIPE_BYTES = 1 << 20
+
+
+def fcntl_setpipe(fd: int, size: int) -> None:
+    """Ask for a pipe buffer of *size* bytes (Linux; elsewhere the default stays)."""
+    import fcntl
+
+    fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
 
 
 @dataclass
@@ -106,11 +115,13 @@ class StreamTee:
 
 
 @contextmanager
-def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
+def tee_streams(record: OutputRecord, descriptors: bool | None = None) -> Iterator[OutputRecord]:
     """Tee ``sys.stdout`` and ``sys.stderr`` into *record* for the duration.
 
-    The outermost tee also records descriptors 1 and 2 where the Python streams are
-    not those descriptors (see the module's docstring).
+    The outermost tee also records descriptors 1 and 2 (see the module's docstring):
+    with *descriptors* None, where the descriptor is a pipe some reader already drains
+    and the Python stream is not the descriptor itself — a Jupyter kernel that shows
+    what C code prints.
 
     >>> rec = OutputRecord()
     >>> with tee_streams(rec):
@@ -125,7 +136,8 @@ def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
     fd_tees: list[_FdTee] = []
     if outermost:
         for fd, name, stream in ((1, "stdout", saved[0]), (2, "stderr", saved[1])):
-            if not _is_descriptor(stream, fd):
+            wanted = _kernel_like(stream, fd) if descriptors is None else descriptors
+            if wanted:
                 tee = _FdTee.start(fd, name, record)
                 if tee is not None:
                     fd_tees.append(tee)
@@ -146,11 +158,22 @@ def tee_streams(record: OutputRecord) -> Iterator[OutputRecord]:
                 tee.stop()
 
 
-def _is_descriptor(stream: Any, fd: int) -> bool:
-    """True when *stream* writes to descriptor *fd* itself (a terminal's ``sys.stdout``)."""
+def _kernel_like(stream: Any, fd: int) -> bool:
+    """True when descriptor *fd* is a pipe and *stream* is not that descriptor.
+
+    That is how a Jupyter kernel shows what C code prints: it points the descriptor into
+    a pipe and a thread of its own reads it.  Anywhere else (a terminal, a file, a test's
+    capture) the descriptor is left alone, so a C extension that prints while holding the
+    GIL can never fill a pipe that only a Python thread drains.
+    """
     try:
-        return bool(stream.fileno() == fd)
-    except Exception:  # a kernel's or a test's stream has no descriptor of its own
+        if stream.fileno() == fd:
+            return False
+    except Exception:  # a kernel's stream has no descriptor of its own
+        pass
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
         return False
 
 
@@ -200,10 +223,14 @@ class _FdTee:
             for each in opened:
                 os.close(each)
             raise
+        with suppress(OSError):
+            # Room for 1 MB before a writer waits for the reader (the kernel's own pipe
+            # holds 64 KB): C code that prints while holding the GIL blocks later, not sooner.
+            fcntl_setpipe(write_end, _PIPE_BYTES)
         try:
             os.dup2(write_end, fd)
-            stat = os.fstat(fd)
-            self.pipe = (stat.st_dev, stat.st_ino)
+            info = os.fstat(fd)
+            self.pipe = (info.st_dev, info.st_ino)
         except BaseException:
             os.close(self.restore_to)
             raise
@@ -243,9 +270,9 @@ class _FdTee:
     def stop(self) -> None:
         """Put the descriptor back and record what was written to it during the cell."""
         try:
-            stat = os.fstat(self.fd)
+            info = os.fstat(self.fd)
             # a cell that pointed the descriptor elsewhere itself keeps its choice
-            if (stat.st_dev, stat.st_ino) == self.pipe:
+            if (info.st_dev, info.st_ino) == self.pipe:
                 os.dup2(self.restore_to, self.fd)
         except OSError:
             pass

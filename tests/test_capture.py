@@ -1,4 +1,8 @@
-"""Recording output below Python: descriptors 1 and 2, with real pipes and child processes."""
+"""Recording output below Python: descriptors 1 and 2, with real pipes and child processes.
+
+``kernel`` points descriptors 1 and 2 into pipes that a thread drains, and makes the Python
+streams plain buffers: what ipykernel does to show what C code prints in a notebook.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,86 +26,143 @@ def _inode(fd: int) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-@pytest.fixture
-def kernel_like_streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Python streams that are not descriptors 1 and 2, as in a Jupyter kernel."""
-    monkeypatch.setattr(sys, "stdout", io.StringIO())
-    monkeypatch.setattr(sys, "stderr", io.StringIO())
+class FakeKernel:
+    """Descriptors 1 and 2 drained into ``shown`` by a thread, as a kernel's watcher does."""
+
+    def __init__(self) -> None:
+        self.shown = {1: bytearray(), 2: bytearray()}
+        self.saved: dict[int, int] = {}
+        self.threads: list[threading.Thread] = []
+
+    def __enter__(self) -> FakeKernel:
+        for fd in (1, 2):
+            self.saved[fd] = os.dup(fd)
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            thread = threading.Thread(target=self._drain, args=(fd, read_end), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        return self
+
+    def _drain(self, fd: int, read_end: int) -> None:
+        while data := os.read(read_end, 65536):
+            self.shown[fd] += data
+        os.close(read_end)
+
+    def __exit__(self, *exc: object) -> None:
+        for fd, saved in self.saved.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+        for thread in self.threads:
+            thread.join(5)
+
+    def text(self, fd: int) -> str:
+        return self.shown[fd].decode()
 
 
-def test_descriptor_output_is_recorded_and_still_reaches_its_destination(
-    kernel_like_streams: None, capfd: pytest.CaptureFixture[str]
-) -> None:
-    before = (_inode(1), _inode(2))
-    record = OutputRecord()
-    with tee_streams(record):
-        print("python")
-        os.write(1, b"native\n")
-        subprocess.run(
-            [sys.executable, "-c", "print('child'); import sys; sys.stderr.write('oops\\n')"]
-        )
-        os.write(1, "caf\u00e9 \u2713\n".encode())
-    assert (_inode(1), _inode(2)) == before  # both descriptors are back
+@contextmanager
+def kernel_streams() -> Iterator[FakeKernel]:
+    """Inside a test body: pytest puts its own capture back between set-up and the test."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+    try:
+        with FakeKernel() as fake:
+            yield fake
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def test_descriptor_output_is_recorded_and_still_shown() -> None:
+    with kernel_streams() as kernel:
+        before = (_inode(1), _inode(2))
+        record = OutputRecord()
+        with tee_streams(record):
+            print("python")
+            os.write(1, b"native\n")
+            code = "print('child'); import sys; sys.stderr.write('oops\\n')"
+            subprocess.run([sys.executable, "-c", code], check=True)
+            os.write(1, "caf\u00e9 \u2713\n".encode())
+        assert (_inode(1), _inode(2)) == before  # both descriptors are the kernel's again
     assert record.text("stdout") == "python\nnative\nchild\ncaf\u00e9 \u2713\n"
     assert record.text("stderr") == "oops\n"
-    seen = capfd.readouterr()  # forwarded live to where the descriptors pointed
-    assert "native\nchild\n" in seen.out and "oops\n" in seen.err
+    assert kernel.text(1) == "native\nchild\ncaf\u00e9 \u2713\n"  # forwarded live
+    assert kernel.text(2) == "oops\n"
 
 
-def test_streams_that_are_the_descriptors_are_recorded_once(
-    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
-) -> None:
-    # A terminal: sys.stdout writes to descriptor 1 itself, so the Python level sees it all.
-    terminal = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-    monkeypatch.setattr(sys, "stdout", terminal)
-    record = OutputRecord()
-    with tee_streams(record):
-        print("once")
-    assert record.text("stdout") == "once\n"
-    assert capfd.readouterr().out == "once\n"
-
-
-def test_a_child_that_keeps_the_descriptor_does_not_hold_up_the_cell(
-    kernel_like_streams: None, capfd: pytest.CaptureFixture[str]
-) -> None:
-    record = OutputRecord()
-    started = time.perf_counter()
-    with tee_streams(record):
-        child = subprocess.Popen(["sh", "-c", "echo early; sleep 1; echo late"])
-        time.sleep(0.2)
-    assert time.perf_counter() - started < 0.9
-    child.wait(timeout=10)
-    time.sleep(0.2)
-    assert record.text("stdout") == "early\n"  # the record closed with the cell
-    assert "late" in capfd.readouterr().out  # but the child's later output was not lost
-
-
-def test_a_cell_that_redirects_a_descriptor_keeps_its_redirect(kernel_like_streams: None) -> None:
-    saved = os.dup(1)
+def test_descriptors_are_left_alone_outside_a_kernel(capfd: pytest.CaptureFixture[str]) -> None:
+    saved = sys.stdout
     try:
-        with tempfile.TemporaryFile() as target:
+        # A terminal: sys.stdout writes to descriptor 1 itself; the Python level sees it all.
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+        before = _inode(1)
+        record = OutputRecord()
+        with tee_streams(record):
+            print("once")
+            assert _inode(1) == before
+        assert record.text("stdout") == "once\n"
+        # Python streams that are not descriptors, but descriptor 1 a file (a test's
+        # capture): left alone too, so nothing can block on a pipe a Python thread drains.
+        sys.stdout = io.StringIO()
+        record = OutputRecord()
+        with tee_streams(record):
+            os.write(1, b"to the file\n")
+            assert _inode(1) == before
+        assert record.text("stdout") == ""
+    finally:
+        sys.stdout = saved
+    assert capfd.readouterr().out == "once\nto the file\n"
+
+
+def test_a_child_that_keeps_the_descriptor_does_not_hold_up_the_cell() -> None:
+    with kernel_streams() as kernel:
+        record = OutputRecord()
+        started = time.perf_counter()
+        with tee_streams(record):
+            child = subprocess.Popen(["sh", "-c", "echo early; sleep 1; echo late"])
+            time.sleep(0.2)
+        elapsed = time.perf_counter() - started
+        child.wait(timeout=10)
+        time.sleep(0.2)
+    assert elapsed < 0.9
+    assert record.text("stdout") == "early\n"  # the record closed with the cell
+    assert kernel.text(1) == "early\nlate\n"  # but the child's later output still showed
+
+
+def test_a_cell_that_redirects_a_descriptor_keeps_its_redirect() -> None:
+    with kernel_streams(), tempfile.TemporaryFile() as target:
+        saved = os.dup(1)
+        try:
             with tee_streams(OutputRecord()):
                 os.dup2(target.fileno(), 1)
             assert _inode(1) == _inode(target.fileno())
             os.write(1, b"into the file")
-            target.seek(0)
-            assert target.read() == b"into the file"
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        target.seek(0)
+        assert target.read() == b"into the file"
 
 
-def test_nested_tees_record_descriptors_once(kernel_like_streams: None) -> None:
+def test_nested_tees_record_descriptors_once() -> None:
     outer, inner = OutputRecord(), OutputRecord()
-    with tee_streams(outer), tee_streams(inner):
+    with kernel_streams(), tee_streams(outer), tee_streams(inner):
         os.write(1, b"native\n")
     assert outer.text("stdout") == "native\n"
     assert inner.text("stdout") == ""  # only the outermost tee owns the descriptors
 
 
-def test_displays_and_descriptor_output_interleave_without_losing_either(
-    kernel_like_streams: None,
-) -> None:
+def test_more_than_a_pipe_of_output_in_one_write_does_not_block() -> None:
+    # 256 KB in one os.write: more than a default pipe holds, so the reader must keep up.
+    blob = b"y" * (256 * 1024 - 1) + b"\n"
+    record = OutputRecord()
+    with kernel_streams() as kernel, tee_streams(record):
+        os.write(1, blob)
+    assert record.text("stdout") == blob.decode()
+    assert kernel.text(1) == blob.decode()
+
+
+def test_displays_and_descriptor_output_interleave_without_losing_either() -> None:
     # The reader thread merges stream text into the last event while the cell's thread
     # appends display events: every event must survive whole and in order. Threads switch
     # as often as the interpreter allows, to give the two every chance to collide.
@@ -106,7 +170,7 @@ def test_displays_and_descriptor_output_interleave_without_losing_either(
     sys.setswitchinterval(1e-6)
     record = OutputRecord()
     try:
-        with tee_streams(record):
+        with kernel_streams(), tee_streams(record):
             for i in range(2000):
                 os.write(1, b"x\n")
                 record.add_display({"data": {"text/plain": str(i)}})
