@@ -142,6 +142,37 @@ def check(ok: bool, what: str) -> None:
 # ---- workload 1: one cell producing a 1 GB array ---------------------------------------------
 
 
+def peer_miss_hit(
+    ctx: Ctx,
+    shell: Any,
+    peer: str,
+    save: str,
+    restore: str,
+    var: str,
+    plain: float,
+    prefault: int,
+    ok: Callable[[Any], bool] | None = None,
+    *,
+    save_only: bool = False,
+) -> None:
+    """A peer's first run (*save*) and restore (*restore*) of a cell that makes *var*.
+
+    *plain* is the cell alone; with *save_only* the timed *save* code only saves (dill dumps
+    the session after the cell ran untimed), so the first run is *plain* plus it.
+    """
+    rec = ctx.rec
+    seconds, written = measured(shell, save, f"{peer} save")
+    rec.add(peer, "miss_s", plain + seconds if save_only else seconds)
+    rec.add(peer, "save_s", seconds if save_only else seconds - plain)
+    rec.add(peer, "written_bytes", written)
+    run(shell, f"del {var}")
+    settle(prefault=prefault)
+    rec.add(peer, "hit_s", run(shell, restore, f"{peer} restore"))
+    if ok is not None:
+        check(ok(shell.user_ns[var]), f"{peer} restored the wrong {var}")
+    run(shell, f"del {var}")
+
+
 def w1_main(ctx: Ctx) -> None:
     n = ctx.sizes.elems(1.0)
     rec, probe = ctx.rec, ctx.probe
@@ -151,6 +182,10 @@ def w1_main(ctx: Ctx) -> None:
         v = 1.0 + r
         shell.push({"v": v})
         tmp = ctx.folder(f"rep{r}")
+
+        def right(a: Any, v: float = v) -> bool:
+            return float(a[-1]) == v
+
         plain = run(shell, body, "plain")
         rec.add(BASE, "plain_cell_s", plain)
         arr = shell.user_ns["a"]
@@ -203,42 +238,22 @@ def w1_main(ctx: Ctx) -> None:
             # joblib.Memory around the same function
             shell.push({"mem": memory(tmp / "joblib")})
             run(shell, "make_c = mem.cache(bc.make_full)")
-            miss, written = measured(shell, "a = make_c(n, v)", "joblib miss")
-            rec.add("joblib", "miss_s", miss)
-            rec.add("joblib", "save_s", miss - plain)
-            rec.add("joblib", "written_bytes", written)
-            run(shell, "del a")
-            settle(prefault=n * 8)
-            rec.add("joblib", "hit_s", run(shell, "a = make_c(n, v)", "joblib hit"))
-            check(float(shell.user_ns["a"][-1]) == v, "joblib restored the wrong array")
-            run(shell, "del a, make_c, mem")
+            call = "a = make_c(n, v)"
+            peer_miss_hit(ctx, shell, "joblib", call, call, "a", plain, n * 8, right)
+            run(shell, "del make_c, mem")
             rmtree(tmp / "joblib")
 
         if has("ipycache"):
             # ipycache %%cache
             code = cache(tmp / "a.pkl", "a", body)
-            miss, written = measured(shell, code, "ipycache miss")
-            rec.add("ipycache", "miss_s", miss)
-            rec.add("ipycache", "save_s", miss - plain)
-            rec.add("ipycache", "written_bytes", written)
-            run(shell, "del a")
-            settle(prefault=n * 8)
-            rec.add("ipycache", "hit_s", run(shell, code, "ipycache hit"))
-            run(shell, "del a")
+            peer_miss_hit(ctx, shell, "ipycache", code, code, "a", plain, n * 8)
             (tmp / "a.pkl").unlink()
 
         if has("dill"):
             # dill: the whole session after the cell, then load it back
             run(shell, body)
-            dump, written = measured(shell, peers.dill_dump_code(tmp / "s.pkl"), "dill dump")
-            rec.add("dill", "save_s", dump)
-            rec.add("dill", "miss_s", plain + dump)
-            rec.add("dill", "written_bytes", written)
-            run(shell, "del a")
-            settle(prefault=n * 8)
-            rec.add("dill", "hit_s", run(shell, peers.dill_load_code(tmp / "s.pkl"), "dill load"))
-            check(float(shell.user_ns["a"][-1]) == v, "dill restored the wrong array")
-            run(shell, "del a")
+            dump, load = peers.dill_dump_code(tmp / "s.pkl"), peers.dill_load_code(tmp / "s.pkl")
+            peer_miss_hit(ctx, shell, "dill", dump, load, "a", plain, n * 8, right, save_only=True)
         rmtree(tmp)
     close_shell(shell)
 
@@ -457,37 +472,19 @@ def w4_main(ctx: Ctx) -> None:
         if has("joblib"):
             shell.push({"mem": memory(tmp / "joblib")})
             run(shell, "frame_c = mem.cache(bc.make_frame)")
-            miss, written = measured(shell, "df = frame_c(rows, seed)", "joblib miss")
-            rec.add("joblib", "miss_s", miss)
-            rec.add("joblib", "save_s", miss - plain)
-            rec.add("joblib", "written_bytes", written)
-            run(shell, "del df")
-            settle(prefault=1 << 30)
-            rec.add("joblib", "hit_s", run(shell, "df = frame_c(rows, seed)", "joblib hit"))
-            run(shell, "del df, frame_c, mem")
+            call = "df = frame_c(rows, seed)"
+            peer_miss_hit(ctx, shell, "joblib", call, call, "df", plain, 1 << 30)
+            run(shell, "del frame_c, mem")
             rmtree(tmp / "joblib")
 
         if has("ipycache"):
             code = cache(tmp / "df.pkl", "df", W4_BODY)
-            miss, written = measured(shell, code, "ipycache miss")
-            rec.add("ipycache", "miss_s", miss)
-            rec.add("ipycache", "save_s", miss - plain)
-            rec.add("ipycache", "written_bytes", written)
-            run(shell, "del df")
-            settle(prefault=1 << 30)
-            rec.add("ipycache", "hit_s", run(shell, code, "ipycache hit"))
-            run(shell, "del df")
+            peer_miss_hit(ctx, shell, "ipycache", code, code, "df", plain, 1 << 30)
 
         if has("dill"):
             run(shell, W4_BODY)
-            dump, written = measured(shell, peers.dill_dump_code(tmp / "s.pkl"), "dill dump")
-            rec.add("dill", "save_s", dump)
-            rec.add("dill", "miss_s", plain + dump)
-            rec.add("dill", "written_bytes", written)
-            run(shell, "del df")
-            settle(prefault=1 << 30)
-            rec.add("dill", "hit_s", run(shell, peers.dill_load_code(tmp / "s.pkl"), "dill load"))
-            run(shell, "del df")
+            dump, load = peers.dill_dump_code(tmp / "s.pkl"), peers.dill_load_code(tmp / "s.pkl")
+            peer_miss_hit(ctx, shell, "dill", dump, load, "df", plain, 1 << 30, save_only=True)
         rmtree(tmp)
     close_shell(shell)
 

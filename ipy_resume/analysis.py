@@ -415,13 +415,7 @@ class _Analyzer(ast.NodeVisitor):
     def _unbind_handler_name(self, name: str) -> None:
         # ``except E as e`` ends with an implicit ``del e``. We report the name as
         # neither output nor deleted; it just stops being definitely bound.
-        idx = len(self._stack) - 1
-        frame = self._stack[idx]
-        if frame.kind != "module" and name not in frame.globals:
-            if frame.kind == "class" and name not in frame.nonlocals:
-                assert frame.flow is not None
-                frame.flow.bound.discard(name)
-                self._record(idx, name)
+        if self._unbind_local(name):
             return
         if self._function_depth:
             self.unsettled.add(name)
@@ -429,14 +423,20 @@ class _Analyzer(ast.NodeVisitor):
         self._module_flow.bound.discard(name)
         self._record(0, name)
 
-    def _delete(self, name: str) -> None:
+    def _unbind_local(self, name: str) -> bool:
+        """Unbind *name* where it is local to the innermost scope; False when it is global."""
         idx = len(self._stack) - 1
         frame = self._stack[idx]
-        if frame.kind != "module" and name not in frame.globals:
-            if frame.kind == "class" and name not in frame.nonlocals:
-                assert frame.flow is not None
-                frame.flow.bound.discard(name)
-                self._record(idx, name)
+        if frame.kind == "module" or name in frame.globals:
+            return False
+        if frame.kind == "class" and name not in frame.nonlocals:
+            assert frame.flow is not None
+            frame.flow.bound.discard(name)
+            self._record(idx, name)
+        return True
+
+    def _delete(self, name: str) -> None:
+        if self._unbind_local(name):
             return
         # Deleting a name the cell has not bound yet needs its pre-cell value.
         self._global_load(name)

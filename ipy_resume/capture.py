@@ -17,6 +17,7 @@ pipe of ours whose reader both forwards every byte to where it pointed before
 from __future__ import annotations
 
 import codecs
+import functools
 import os
 import stat
 import sys
@@ -41,7 +42,7 @@ _DRAIN_S = 0.2
 _PIPE_BYTES = 1 << 20
 
 
-def fcntl_setpipe(fd: int, size: int) -> None:
+def _set_pipe_size(fd: int, size: int) -> None:
     """Ask for a pipe buffer of *size* bytes (Linux; elsewhere the default stays)."""
     import fcntl
 
@@ -177,20 +178,22 @@ def _kernel_like(stream: Any, fd: int) -> bool:
         return False
 
 
-_fflush: Any = None
+@functools.cache
+def _c_fflush() -> Any:
+    """C's ``fflush``, or None where no C library can be asked (an unusual platform)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).fflush
+    except Exception:
+        return None
 
 
 def _flush_c_stdio() -> None:
     """Flush C's ``stdout`` buffers, so what C code printed reaches the pipe before it closes."""
-    global _fflush
-    try:
-        if _fflush is None:
-            import ctypes
-
-            _fflush = ctypes.CDLL(None).fflush
-        _fflush(None)
-    except Exception:  # no C library to ask (an unusual platform): nothing to flush
-        _fflush = False if _fflush is None else _fflush
+    fflush = _c_fflush()
+    if fflush is not None:
+        fflush(None)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -223,10 +226,10 @@ class _FdTee:
             for each in opened:
                 os.close(each)
             raise
-        with suppress(OSError):
+        with suppress(OSError, ImportError):
             # Room for 1 MB before a writer waits for the reader (the kernel's own pipe
             # holds 64 KB): C code that prints while holding the GIL blocks later, not sooner.
-            fcntl_setpipe(write_end, _PIPE_BYTES)
+            _set_pipe_size(write_end, _PIPE_BYTES)
         try:
             os.dup2(write_end, fd)
             info = os.fstat(fd)
@@ -240,7 +243,6 @@ class _FdTee:
     @classmethod
     def start(cls, fd: int, name: str, record: OutputRecord) -> _FdTee | None:
         try:
-            os.fstat(fd)
             return cls(fd, name, record)
         except (OSError, RuntimeError):  # no such descriptor, out of descriptors or threads
             return None

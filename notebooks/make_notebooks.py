@@ -31,6 +31,22 @@ def code(text: str, *tags: str, expect: tuple[str, ...] = ()) -> Any:
     return cell
 
 
+# Run once, then again after a kernel restart: the same cell, restored the second time.
+SLOW_CELL = """
+%%checkpoint slow
+import time
+import numpy as np
+
+started = time.perf_counter()
+features = np.random.rand(2_000, 500)
+for step in range(4):
+    time.sleep(0.5)  # stands in for real work
+    features = np.tanh(features @ np.random.rand(500, 500) / 50)
+    print(f"step {step}: mean {features.mean():.4f}")
+first_run_seconds = time.perf_counter() - started
+features.shape
+"""
+
 QUICKSTART = [
     md("""
 # ipy_resume in two minutes
@@ -44,20 +60,7 @@ to watch the rows appear as you go.
         "The cell below takes a few seconds. `%%checkpoint slow` gives it a name; the first run executes it and saves what it produced."
     ),
     code(
-        """
-%%checkpoint slow
-import time
-import numpy as np
-
-started = time.perf_counter()
-features = np.random.rand(2_000, 500)
-for step in range(4):
-    time.sleep(0.5)  # stands in for real work
-    features = np.tanh(features @ np.random.rand(500, 500) / 50)
-    print(f"step {step}: mean {features.mean():.4f}")
-first_run_seconds = time.perf_counter() - started
-features.shape
-""",
+        SLOW_CELL,
         expect=("step 3", "executed 'slow'"),
     ),
     md("""
@@ -66,20 +69,7 @@ Everything in memory is gone — but the checkpoint is on disk.
 """),
     code("%load_ext ipy_resume", "restart-kernel-before"),
     code(
-        """
-%%checkpoint slow
-import time
-import numpy as np
-
-started = time.perf_counter()
-features = np.random.rand(2_000, 500)
-for step in range(4):
-    time.sleep(0.5)  # stands in for real work
-    features = np.tanh(features @ np.random.rand(500, 500) / 50)
-    print(f"step {step}: mean {features.mean():.4f}")
-first_run_seconds = time.perf_counter() - started
-features.shape
-""",
+        SLOW_CELL,
         expect=("step 3", "restored 'slow'"),
     ),
     md(
