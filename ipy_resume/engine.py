@@ -23,12 +23,12 @@ from typing import Any, Protocol
 
 import xxhash
 
-from . import rng
+from . import restoring, rng
 from .analysis import AnalysisError, CellAnalysis, analyze
 from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes
+from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError
-from .store.fsio import atomic_write
 from .store.journal import Event, Journal
 from .units import format_size
 
@@ -308,14 +308,15 @@ class Engine:
     ) -> tuple[Any] | None:
         assert plan.key is not None
         started = time.perf_counter()
+        manifest = None
         try:
             manifest = self.store.find(opts.cell_id, plan.key)
             if manifest is None:
                 return None
-            cache: dict[str, Any] = {}  # values and extras share their pack blob
-            values = self.store.load_values(manifest, cache=cache)
-            extras = self.store.load_extras(manifest, cache=cache)
+            loaded = restoring.load(self.store, manifest)
         except StoreError as exc:
+            if manifest is not None:
+                shared_objects(self.store.root).forget(manifest.id)
             host.message(f"{PREFIX}{exc}")
             host.message(f"{PREFIX}'{opts.cell_id}' will be executed instead.")
             return None
@@ -328,27 +329,20 @@ class Engine:
 
         # Everything is loaded and verified before the namespace is touched, so a failure
         # above never leaves a half-restored kernel.
-        files: dict[str, bytes] = dict(extras.get("files") or {})  # type: ignore[call-overload]
         try:
-            for path, content in files.items():
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                with atomic_write(Path(path)) as fh:
-                    fh.write(content)
+            restoring.apply(
+                namespace, self.store, loaded, manifest.info.get("deleted", []), files=True
+            )
         except OSError as exc:
             host.message(
                 f"{PREFIX}could not restore file '{exc.filename}' of '{opts.cell_id}' ({exc}); "
                 "executing the cell instead."
             )
             return None
-        namespace.update(values)
-        for name in manifest.info.get("deleted", []):
-            namespace.pop(name, None)
+        values, extras = loaded.values, loaded.extras
         record = extras.get("outputs")
         if isinstance(record, OutputRecord):
             host.replay(record)
-        rng_state = extras.get("rng")
-        if isinstance(rng_state, dict):
-            rng.restore(rng_state)
         elapsed = time.perf_counter() - started
         duration = float(manifest.info.get("duration", 0.0))
         if not opts.quiet:
@@ -417,6 +411,7 @@ class Engine:
                 "has_result": result.has_value,
             },
             "names": {name: summarize(value) for name, value in values.items()},
+            "fingerprints": fingerprints_of(values),
             "mutated": sorted(mutated),
             "deleted": sorted(deleted),
             "duration": duration,
@@ -426,6 +421,8 @@ class Engine:
             "options": {"files": opts.files, "deps": opts.deps, "salt": opts.salt},
         }
         save_started = time.perf_counter()
+        shared = shared_objects(self.store.root)
+        shared.forget_checks()
         try:
             saved = self.store.save(
                 opts.cell_id,
@@ -434,6 +431,7 @@ class Engine:
                 extras=extras,
                 info=info,
                 complete=not missing_files,
+                linker=shared,
             )
         except (StoreError, OSError) as exc:  # SaveError is a StoreError
             listed = ", ".join(sorted(values)) or "no names"
@@ -450,6 +448,7 @@ class Engine:
             )
             self.record(outcome, opts.cell_id, host)
             return result.value if result.has_value else None
+        shared.note(saved.manifest, values, namespace)
         failed = {**saved.failed, **missing_files}
         if failed:
             what = "; ".join(f"'{name}' ({reason})" for name, reason in sorted(failed.items()))

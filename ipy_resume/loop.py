@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
-from . import rng
+from . import restoring, rng
 from .capture import live_stderr
 from .engine import PREFIX, ActiveCell, active_cell
 from .store import StoreError
@@ -131,17 +131,13 @@ class _LoopRun:
             manifest = store.find(self.cell.cell_id, self.key)
             if manifest is None:
                 return 0
-            cache: dict[str, Any] = {}
-            values = store.load_values(manifest, cache=cache)
-            extras = store.load_extras(manifest, cache=cache)
+            loaded = restoring.load(store, manifest)
         except StoreError as exc:
             self._say(f"{exc}; the loop starts from the beginning.")
             return 0
         position = int(manifest.info.get("loop", {}).get("position", 0))
-        self.cell.namespace.update(values)
-        rng_state = extras.get("rng")
-        if isinstance(rng_state, dict):
-            rng.restore(rng_state)
+        restoring.apply(self.cell.namespace, store, loaded)
+        values = loaded.values
         self.last_save_position = position
         of = f" of {self.total}" if self.total is not None else ""
         names = ", ".join(sorted(values)) or "no names"

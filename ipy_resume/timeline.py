@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import reports, rng
+from . import reports, restoring
 from .engine import Outcome, default_store_dir, engine_for
 from .store import Manifest, Store
 from .store.journal import Event, Journal
@@ -251,15 +251,9 @@ def restore(
     """
     store = store or Store(root)
     plan = plan_restore(store, target, namespace.keys())
-    cache: dict[str, Any] = {}
-    values = load_lazily(store, plan.sources, cache)
-    extras = store.load_extras(plan.target, cache)
-    namespace.update(values)
-    for name in plan.remove + plan.deleted:
-        namespace.pop(name, None)
-    rng_state = extras.get("rng")
-    if isinstance(rng_state, dict):
-        rng.restore(rng_state)
+    loaded = restoring.load(store, plan.target, plan.sources)
+    restoring.apply(namespace, store, loaded, plan.remove + plan.deleted)
+    values = loaded.values
     when = plan.target.created.replace("T", " ")[:19]
     removed = plan.remove + plan.deleted
     message = (
@@ -284,35 +278,6 @@ def restore(
         "removed": removed,
         "message": message,
     }
-
-
-def load_lazily(
-    store: Store, sources: dict[str, Manifest], cache: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Load each name from its manifest, one call per manifest, each blob once.
-
-    Two names that reference the same stored bytes (a deduplicated array) get one
-    decoded object between them rather than two loads.
-    """
-    by_manifest: dict[str, list[str]] = {}
-    manifests: dict[str, Manifest] = {}
-    seen_refs: dict[tuple[Any, ...], str] = {}
-    aliases: dict[str, str] = {}
-    for name, manifest in sources.items():
-        ref = manifest.values[name]
-        identity = (ref.kind, ref.blob, ref.offset, ref.length)
-        if ref.kind != "pickle" and identity in seen_refs:
-            aliases[name] = seen_refs[identity]
-            continue
-        seen_refs[identity] = name
-        by_manifest.setdefault(manifest.id, []).append(name)
-        manifests[manifest.id] = manifest
-    values: dict[str, Any] = {}
-    for manifest_id, names in by_manifest.items():
-        values.update(store.load_values(manifests[manifest_id], names, cache))
-    for name, original in aliases.items():
-        values[name] = values[original]
-    return values
 
 
 def latest_session_event(root: Path) -> Event | None:

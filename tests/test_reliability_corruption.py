@@ -154,18 +154,29 @@ def sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sweep]:
     s = Sweep(root, store, manifests, pristine, _stream_digests(store, manifests))
 
     real_loads = pickle.loads
+    real_unpickler = pickle.Unpickler
 
-    def guarded_loads(data: Any, /, *args: Any, **kwargs: Any) -> Any:
+    def guard(data: Any, buffers: Any) -> None:
         s.unpickler_calls += 1
         ok = hashlib.sha256(bytes(data)).hexdigest() in s.allowed
-        for buf in kwargs.get("buffers") or ():
+        for buf in buffers or ():
             ok = ok and hashlib.sha256(bytes(memoryview(buf))).hexdigest() in s.allowed
         if not ok:
             s.unverified_calls += 1
             raise AssertionError("the unpickler was handed bytes the store did not write")
+
+    def guarded_loads(data: Any, /, *args: Any, **kwargs: Any) -> Any:
+        guard(data, kwargs.get("buffers"))
         return real_loads(data, *args, **kwargs)
 
+    class GuardedUnpickler(real_unpickler):  # type: ignore[misc, valid-type]
+        # Grouped values are read through an Unpickler (for their links), not loads().
+        def __init__(self, file: Any, *args: Any, **kwargs: Any) -> None:
+            guard(file.getvalue(), kwargs.get("buffers"))
+            super().__init__(file, *args, **kwargs)
+
     monkeypatch.setattr(pickle, "loads", guarded_loads)
+    monkeypatch.setattr(pickle, "Unpickler", GuardedUnpickler)
     yield s
     assert s.unverified_calls == 0
 

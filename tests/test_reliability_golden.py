@@ -16,6 +16,7 @@ import reliability_report
 
 from ipy_resume.store import FORMAT_VERSION, FormatTooNew, Store
 from ipy_resume.store import manifest as mf
+from ipy_resume.store.store import STORE_FORMAT_VERSION
 
 GOLDEN = Path(__file__).parent / "golden"
 sys.path.insert(0, str(GOLDEN))
@@ -62,7 +63,7 @@ def test_the_current_format_has_a_golden_store() -> None:
 def test_golden_store_loads_exactly(fmt: int, tmp_path: Path) -> None:
     store, _ = _copy(fmt, tmp_path)
     assert store.verify() == []
-    expected = golden_values()
+    expected = golden_values(fmt)
     manifests = store.manifests()
     assert {(m.cell_id, m.key) for m in manifests} == set(expected)
     for m in manifests:
@@ -125,9 +126,33 @@ def test_newer_manifest_is_refused_naming_both_versions(tmp_path: Path) -> None:
 def test_newer_store_json_is_refused_naming_both_versions(tmp_path: Path) -> None:
     store, key = _copy(FORMAT_VERSION, tmp_path)
     info = json.loads((store.root / "store.json").read_text())
-    info["format"] = FORMAT_VERSION + 7
+    info["format"] = STORE_FORMAT_VERSION + 7
     (store.root / "store.json").write_text(json.dumps(info))
     with pytest.raises(FormatTooNew) as raised:
         _ = Store(store.root, key=key).seed_base
-    assert f"format {FORMAT_VERSION + 7}" in str(raised.value)
-    assert f"format {FORMAT_VERSION} at most" in str(raised.value)
+    assert f"format {STORE_FORMAT_VERSION + 7}" in str(raised.value)
+    assert f"format {STORE_FORMAT_VERSION} at most" in str(raised.value)
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f >= 2])
+def test_golden_store_keeps_shared_objects_shared(fmt: int, tmp_path: Path) -> None:
+    store, _ = _copy(fmt, tmp_path)
+    shared_m = store.find("shared", "k-shared")
+    linked_m = store.find("linked", "k-linked")
+    assert shared_m is not None and linked_m is not None
+    cache: dict[Any, Any] = {}  # one restore: both checkpoints' objects are shared
+    shared = store.load_values(shared_m, cache=cache)
+    linked = store.load_values(linked_m, cache=cache)
+    assert shared["items"] is shared["same_items"]
+    assert linked["holder"]["items"] is shared["items"]
+    base, window = shared["base"], shared["window"]
+    assert isinstance(base, np.ndarray) and isinstance(window, np.ndarray)
+    window[0] = -1.0
+    assert base[100] == -1.0
+    small, tail = shared["small"], shared["tail"]
+    assert isinstance(small, np.ndarray) and isinstance(tail, np.ndarray)
+    tail[:] = 7.0
+    assert small[6:].tolist() == [7.0] * 6
+    # alone, the linked checkpoint loads its link from the blobs the link names
+    alone = store.load_values(linked_m)
+    assert alone["holder"]["items"] == ["shared", 1]

@@ -21,6 +21,7 @@ from ipy_resume.store import (
     signing,
 )
 from ipy_resume.store import manifest as mf
+from ipy_resume.store.manifest import FORMAT_VERSION
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(1, 33))
@@ -191,13 +192,13 @@ def test_format_too_new(tmp_path: Path) -> None:
     _rewrite(path, {"format": 99})
     with pytest.raises(FormatTooNew) as info:
         store.find("train", "abc")
-    assert "99" in str(info.value) and "format 1" in str(info.value)
-    assert info.value.found == 99 and info.value.supported == 1
+    assert "99" in str(info.value) and f"format {FORMAT_VERSION}" in str(info.value)
+    assert info.value.found == 99 and info.value.supported == FORMAT_VERSION
 
 
 def test_format_checked_before_signature(tmp_path: Path) -> None:
     store, path = _saved(tmp_path)
-    _rewrite(path, {"format": 2}, drop_signature=True)
+    _rewrite(path, {"format": FORMAT_VERSION + 1}, drop_signature=True)
     with pytest.raises(FormatTooNew):
         store.find("train", "abc")
 

@@ -30,7 +30,16 @@ Pickles
 :func:`pickle_value` runs ``cloudpickle.dumps(protocol=5)``; out-of-band
 buffers of at least :data:`OOB_MIN` bytes are returned separately (the store
 writes them as raw blobs), smaller ones stay in the stream.
-:func:`unpickle_value` is the only way the store unpickles; it calls
+
+:func:`pickle_group` pickles several values of one checkpoint as one dict, so an
+object two of them hold is stored once and comes back shared.  Two kinds of
+object are written as references instead of their content: objects the caller
+names in *links* (values of other checkpoints, or this checkpoint's HDF5
+arrays), and numpy views whose base array is such an object or another value of
+the group; a view is rebuilt over its restored base, so writes through it reach
+the base again.
+:func:`unpickle_value` and :func:`unpickle_group` are the only ways the store
+unpickles; they call
 :func:`_unpickle`, which tests patch to prove that no unverified byte reaches
 the unpickler.
 """
@@ -42,6 +51,7 @@ import io
 import json
 import pickle
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +68,10 @@ __all__ = [
     "decode_array",
     "dtype_from_json",
     "dtype_to_json",
+    "pickle_group",
     "pickle_value",
     "plan_array",
+    "unpickle_group",
     "unpickle_value",
 ]
 
@@ -376,11 +388,191 @@ class _Pickler(cloudpickle.CloudPickler):
         return super().reducer_override(obj)
 
 
-def _unpickle(stream: Any, buffers: list[Any]) -> object:
+def _unpickle(
+    stream: Any, buffers: list[Any], persistent_load: Callable[[Any], object] | None = None
+) -> object:
     """The single place where bytes reach the unpickler (tests patch it)."""
-    return pickle.loads(stream, buffers=buffers)
+    if persistent_load is None:
+        return pickle.loads(stream, buffers=buffers)
+    unpickler = pickle.Unpickler(io.BytesIO(stream), buffers=buffers)
+    unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
+    return unpickler.load()
 
 
 def unpickle_value(stream: Any, buffers: list[Any]) -> object:
     """Unpickle a stream whose bytes and buffers the caller has verified."""
     return _unpickle(stream, buffers)
+
+
+# ---------------------------------------------------------------------------
+# groups: several values pickled together, with references to objects stored elsewhere
+
+LINK_TAG = "ipy_resume.link"
+
+
+def array_root(arr: np.ndarray) -> np.ndarray:
+    """The array that owns the memory *arr* views (following ``.base`` through arrays).
+
+    >>> base = np.arange(4.0); array_root(base[1:3]) is base
+    True
+    """
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return root
+
+
+@functools.lru_cache(maxsize=256)
+def _describable(dtype: np.dtype[Any]) -> bool:
+    """True when :func:`dtype_to_json` describes *dtype* exactly."""
+    try:
+        back = dtype_from_json(json.loads(json.dumps(dtype_to_json(dtype))))
+    except (TypeError, ValueError):
+        return False
+    return back == dtype and back.isalignedstruct == dtype.isalignedstruct and not dtype.metadata
+
+
+def _view_args(
+    view: np.ndarray, root: np.ndarray
+) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+    """(byte offset, shape, strides) of *view* inside *root*'s memory, or None when not exact."""
+    if view.size == 0 or root.size == 0 or not (root.flags.c_contiguous or root.flags.f_contiguous):
+        return None
+    if not _describable(view.dtype):
+        return None  # rebuilt from a description that would lose something: copy it
+    offset = int(view.__array_interface__["data"][0]) - int(root.__array_interface__["data"][0])
+    low = offset + sum(min(0, (n - 1) * s) for n, s in zip(view.shape, view.strides, strict=True))
+    high = offset + sum(max(0, (n - 1) * s) for n, s in zip(view.shape, view.strides, strict=True))
+    if low < 0 or high + view.dtype.itemsize > root.nbytes:
+        return None
+    return offset, tuple(int(n) for n in view.shape), tuple(int(s) for s in view.strides)
+
+
+def view_of(
+    root: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any
+) -> np.ndarray:
+    """Rebuild a view over *root*'s memory (the inverse of how :func:`pickle_group` stores it).
+
+    >>> base = np.arange(6.0); v = view_of(base, 16, (2,), (8,), dtype_to_json(base.dtype))
+    >>> v[0] = 99.0; float(base[2])
+    99.0
+    """
+    memory = root.ravel(order="K").view(np.uint8)  # contiguous, so this is a view
+    return np.ndarray(shape, dtype_from_json(dtype), memory, offset, strides)
+
+
+def data_pointer(arr: np.ndarray) -> int:
+    """The address of *arr*'s first byte: arrays that view one memory share it."""
+    return int(arr.__array_interface__["data"][0])
+
+
+class _GroupPickler(_Pickler):
+    """The pickler of :func:`pickle_group`: references for *links*, views over known bases."""
+
+    def __init__(
+        self,
+        out: io.BytesIO,
+        links: dict[int, str],
+        check: Callable[[str], bool],
+        bases: dict[int, np.ndarray],
+        callback: Callable[[pickle.PickleBuffer], bool],
+    ) -> None:
+        super().__init__(out, protocol=5, buffer_callback=callback)
+        self.links = links
+        self.check = check
+        # Arrays whose views stay views, by the address of their memory: a restored base
+        # and the arrays numpy derives from it share an address, not an identity.
+        self.bases = bases
+        self.used: set[str] = set()
+        self._usable: dict[str, bool] = {}
+
+    def reducer_override(self, obj: Any) -> Any:
+        if self.bases and type(obj) is np.ndarray and isinstance(obj.base, np.ndarray):
+            base = self.bases.get(data_pointer(array_root(obj)))
+            if base is not None and base is not obj:
+                args = _view_args(obj, base)
+                if args is not None:
+                    return (view_of, (base, *args, dtype_to_json(obj.dtype)))
+        return super().reducer_override(obj)
+
+
+class _LinkingPickler(_GroupPickler):
+    """A group pickler that also writes links (a Python call per object: only when needed)."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        token = self.links.get(id(obj))
+        if token is None:
+            return None
+        usable = self._usable.get(token)
+        if usable is None:
+            usable = self._usable[token] = self.check(token)
+        if not usable:
+            return None
+        self.used.add(token)
+        return (LINK_TAG, token)
+
+
+@dataclass
+class PickledGroup(Pickled):
+    """A pickled group, and the link tokens its stream refers to."""
+
+    links: set[str]
+
+
+def pickle_group(
+    values: dict[str, object],
+    links: dict[int, str] | None = None,
+    check: Callable[[str], bool] | None = None,
+    bases: list[np.ndarray] | None = None,
+) -> PickledGroup:
+    """Pickle *values* as one dict; raises :class:`EncodeError` when any cannot be pickled.
+
+    *links* maps ``id(obj)`` to a token for objects stored elsewhere: each is written
+    as a reference, after ``check(token)`` confirms it (once per token) is still the
+    object that was stored.  Views of the arrays in *bases* stay views of them.
+
+    >>> g = pickle_group({"a": [1], "b": 2})
+    >>> unpickle_group(g.stream, g.buffers, lambda pid: None)["a"]
+    [1]
+    """
+    buffers: list[memoryview] = []
+
+    def callback(buf: pickle.PickleBuffer) -> bool:
+        raw = buf.raw()
+        if raw.nbytes < OOB_MIN:
+            return True
+        buffers.append(raw)
+        return False
+
+    by_address: dict[int, np.ndarray] = {}
+    for arr in bases or ():
+        if (
+            type(arr) is np.ndarray
+            and arr.size
+            and (arr.flags.c_contiguous or arr.flags.f_contiguous)
+        ):
+            by_address.setdefault(data_pointer(arr), arr)
+    out = io.BytesIO()
+    kind = _LinkingPickler if links else _GroupPickler
+    pickler = kind(out, links or {}, check or (lambda token: True), by_address, callback)
+    try:
+        pickler.dump(values)
+    except Exception as exc:
+        raise EncodeError(f"cannot be pickled ({_reason(exc)})") from exc
+    return PickledGroup(out.getvalue(), buffers, pickler.used)
+
+
+def unpickle_group(
+    stream: Any, buffers: list[Any], resolve: Callable[[str], object]
+) -> dict[str, object]:
+    """Unpickle a verified group stream; ``resolve(token)`` supplies each linked object."""
+
+    def persistent_load(pid: Any) -> object:
+        if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == LINK_TAG):
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return resolve(str(pid[1]))
+
+    group = _unpickle(stream, buffers, persistent_load)
+    if not isinstance(group, dict):
+        raise ValueError(f"a value group must be a dict, not {type(group).__name__}")
+    return group

@@ -46,7 +46,9 @@ __all__ = [
     "resign",
 ]
 
-FORMAT_VERSION = 1
+# 2: pickled values of one checkpoint may be grouped (``member``) and link to other
+# checkpoints' values (``links``); a reader of format 1 would misread those, so it must refuse.
+FORMAT_VERSION = 2
 KINDS = ("hdf5", "pickle", "raw")
 _ID = re.compile(r"[0-9a-f]{16}")
 
@@ -132,7 +134,10 @@ class BlobRef:
     * ``kind="hdf5"``: an array file; ``offset`` of the data, ``dtype`` (JSON
       form, see :func:`codecs.dtype_to_json`), ``shape``, ``order``.
     * ``kind="pickle"``: a pickle stream at ``offset``/``length`` of the blob
-      (a pack, or a blob of its own), with its out-of-band ``buffers``.
+      (a pack, or a blob of its own), with its out-of-band ``buffers``.  With
+      ``member``, the stream holds a dict of several values of one checkpoint
+      pickled together (so objects they share stay shared) and the value is
+      that dict's entry ``member``.
     * ``kind="raw"``: an out-of-band buffer, plain bytes.
     """
 
@@ -147,6 +152,7 @@ class BlobRef:
     shape: tuple[int, ...] | None = None
     order: str | None = None
     buffers: tuple[BlobRef, ...] = ()
+    member: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -161,6 +167,8 @@ class BlobRef:
         elif self.kind == "pickle":
             doc.update(offset=self.offset, length=self.length)
             doc["buffers"] = [b.to_json() for b in self.buffers]
+            if self.member is not None:
+                doc["member"] = self.member
         return doc
 
     @classmethod
@@ -200,7 +208,12 @@ class BlobRef:
             buffers = tuple(cls.from_json(b) for b in _get(doc, "buffers", list))
             if any(b.kind != "raw" for b in buffers):
                 raise _Malformed("out-of-band buffers must be raw blobs")
-            return cls(kind, address, algo, hexdigest, size, offset, length, buffers=buffers)
+            member = doc.get("member")
+            if member is not None and not isinstance(member, str):
+                raise _Malformed("field 'member' must be str")
+            return cls(
+                kind, address, algo, hexdigest, size, offset, length, buffers=buffers, member=member
+            )
         return cls(kind, address, algo, hexdigest, size)
 
     def walk(self) -> Iterator[BlobRef]:
@@ -210,7 +223,9 @@ class BlobRef:
             yield from b.walk()
 
 
-def _refs(doc: Any, key: str) -> dict[str, BlobRef]:
+def _refs(doc: Any, key: str, optional: bool = False) -> dict[str, BlobRef]:
+    if optional and key not in doc:
+        return {}
     section = _get(doc, key, dict)
     return {str(name): BlobRef.from_json(ref) for name, ref in section.items()}
 
@@ -234,6 +249,9 @@ class Manifest:
     format: int = FORMAT_VERSION
     signature: str | None = None
     path: Path | None = field(default=None, compare=False)
+    # Values of other checkpoints that this one's values share objects with, by
+    # "<checkpoint id>/<name>" (see ipy_resume.sharing); absent from older manifests.
+    links: dict[str, BlobRef] = field(default_factory=dict)
 
     @property
     def created_at(self) -> _dt.datetime:
@@ -245,7 +263,7 @@ class Manifest:
     def blob_refs(self) -> list[BlobRef]:
         """Every blob referenced (buffers included), one per address, in manifest order."""
         seen: dict[str, BlobRef] = {}
-        for section in (self.values, self.extras):
+        for section in (self.values, self.extras, self.links):
             for ref in section.values():
                 for r in ref.walk():
                     seen.setdefault(r.blob, r)
@@ -253,7 +271,7 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The document without its signature."""
-        return {
+        doc: dict[str, Any] = {
             "format": self.format,
             "id": self.id,
             "cell_id": self.cell_id,
@@ -268,6 +286,9 @@ class Manifest:
             "bytes": self.bytes,
             "bytes_written": self.bytes_written,
         }
+        if self.links:  # written only when used, so older readers' documents are unchanged
+            doc["links"] = {k: v.to_json() for k, v in self.links.items()}
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any, path: Path | None = None) -> Manifest:
@@ -298,6 +319,7 @@ class Manifest:
             format=_get(doc, "format", int),
             signature=signature if isinstance(signature, str) else None,
             path=path,
+            links=_refs(doc, "links", optional=True),
         )
 
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,11 +39,13 @@ from ipy_resume.store.fsio import (
     StoreError,
 )
 from ipy_resume.store.lock import StoreLocked
-from ipy_resume.store.manifest import FORMAT_VERSION, BlobRef, Manifest
+from ipy_resume.store.manifest import BlobRef, Manifest
 from ipy_resume.store.retention import GcReport
 
-__all__ = ["PACK_TARGET", "PACK_VALUE_MAX", "DecodeError", "SaveResult", "Store"]
+__all__ = ["PACK_TARGET", "PACK_VALUE_MAX", "DecodeError", "Linker", "SaveResult", "Store"]
 
+# The layout of store.json; manifests carry their own format (manifest.FORMAT_VERSION).
+STORE_FORMAT_VERSION = 1
 PACK_VALUE_MAX = 1 << 20
 """Pickle streams smaller than this are packed together; larger ones get their own blob."""
 PACK_TARGET = 16 << 20
@@ -111,6 +113,51 @@ def _check_cell_id(cell_id: str) -> None:
     _check_text("CELL_ID", cell_id)
 
 
+class Linker(Protocol):
+    """Objects of this process that other checkpoints stored: what keeps them shared.
+
+    A token names one stored value, ``"<checkpoint id>/<name>"``.  ``ipy_resume.sharing``
+    implements this; the store only asks.
+    """
+
+    def candidates(self) -> dict[int, str]:
+        """``id(obj)`` → token for every live object some checkpoint stored or restored."""
+        ...
+
+    def arrays(self) -> list[np.ndarray]:
+        """The candidates that are arrays, whose views are kept as views."""
+        ...
+
+    def check(self, token: str) -> bool:
+        """True while the object of *token* still equals what was stored (not mutated)."""
+        ...
+
+    def refs(self, token: str) -> dict[str, BlobRef]:
+        """The blob refs needed to load *token* elsewhere: its own, plus its links."""
+        ...
+
+    def live(self, token: str) -> object:
+        """The live, unchanged object of *token*, or :data:`MISSING`."""
+        ...
+
+    def loaded(self, token: str, value: object) -> None:
+        """*value* was just loaded for *token*."""
+        ...
+
+
+MISSING: Any = object()
+"""Returned by :meth:`Linker.live` when no live object can stand for a token."""
+
+
+def token(checkpoint_id: str, name: str) -> str:
+    """The name of one stored value for links: ``"<checkpoint id>/<name>"``.
+
+    >>> token("0190ab", "box")
+    '0190ab/box'
+    """
+    return f"{checkpoint_id}/{name}"
+
+
 class _Writer:
     """Turns the values of one save into blobs, tracking refs and bytes written."""
 
@@ -122,7 +169,8 @@ class _Writer:
         self.refs: dict[str, BlobRef] = {}
         self._pack: list[bytes] = []
         self._pack_size = 0
-        self._pending: list[tuple[str, int, int, tuple[BlobRef, ...]]] = []
+        self._pending: list[tuple[dict[str, str | None], int, int, tuple[BlobRef, ...]]] = []
+        self.links: dict[str, BlobRef] = {}
 
     def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
         self.current = self.blobs.path(address)
@@ -133,38 +181,116 @@ class _Writer:
         """Store *value* under *slot*; raises codecs.EncodeError when it cannot be serialised."""
         plan = codecs.plan_array(value)
         if plan is not None:
-            address = blobs.digest(XXH3, plan.chunks())
-            self._put(address, plan.chunks(), plan.size)
-            self.refs[slot] = BlobRef(
-                "hdf5",
-                address,
-                XXH3,
-                address,
-                plan.size,
-                offset=plan.offset,
-                dtype=plan.dtype,
-                shape=plan.shape,
-                order=plan.order,
-            )
+            self.add_array(slot, plan)
             return
-        pickled = codecs.pickle_value(value)
+        self._add_stream(slot, codecs.pickle_value(value))
+
+    def add_array(self, slot: str, plan: codecs.ArrayPlan) -> None:
+        """Store an array laid out by :func:`codecs.plan_array` as an HDF5 blob."""
+        address = blobs.digest(XXH3, plan.chunks())
+        self._put(address, plan.chunks(), plan.size)
+        self.refs[slot] = BlobRef(
+            "hdf5",
+            address,
+            XXH3,
+            address,
+            plan.size,
+            offset=plan.offset,
+            dtype=plan.dtype,
+            shape=plan.shape,
+            order=plan.order,
+        )
+
+    def add_group(
+        self,
+        values: dict[str, object],
+        hdf5: dict[str, object],
+        linker: Linker | None,
+        this: str,
+    ) -> dict[str, str]:
+        """Pickle *values* (slot → value) as one group; returns the slots that failed.
+
+        Objects that are values in *hdf5* (slot → array, stored already) or that *linker*
+        knows are written as links; a value that cannot be pickled is left out, named.
+        """
+        links: dict[int, str] = {id(v): token(this, slot[2:]) for slot, v in hdf5.items()}
+        bases: list[Any] = [v for v in [*hdf5.values(), *values.values()] if type(v) is np.ndarray]
+        if linker is not None:
+            for obj_id, tok in linker.candidates().items():
+                links.setdefault(obj_id, tok)
+            bases.extend(linker.arrays())
+        local = {tok for tok in links.values() if tok.startswith(this + "/")}
+
+        def check(tok: str) -> bool:
+            if tok in local:
+                return True
+            if linker is None or not linker.check(tok):
+                return False
+            # A link is only as good as the blobs it names: one quarantined since (or
+            # deleted) means storing the object again.
+            refs = linker.refs(tok).values()
+            return all(self.blobs.path(r.blob).is_file() for ref in refs for r in ref.walk())
+
+        failed: dict[str, str] = {}
+        todo = dict(values)
+        while todo:
+            try:
+                group = codecs.pickle_group(
+                    {slot[2:]: v for slot, v in todo.items()}, links, check, bases
+                )
+                break
+            except codecs.EncodeError:
+                # Find the culprits one by one, so every other value is still stored.
+                for slot, value in list(todo.items()):
+                    try:
+                        codecs.pickle_group({slot: value}, links, check, bases)
+                    except codecs.EncodeError as exc:
+                        failed[slot] = str(exc)
+                        del todo[slot]
+                if not failed:
+                    raise
+        else:
+            return failed
+        for tok in sorted(group.links - local):
+            if linker is not None:
+                self.links.update(linker.refs(tok))
+        self._add_stream("", group, members=list(todo))
+        return failed
+
+    def _add_stream(
+        self, slot: str, pickled: codecs.Pickled, members: list[str] | None = None
+    ) -> None:
+        """Store one pickle stream; *members* are the slots of a group sharing it."""
         buffers = []
         for buf in pickled.buffers:
             address = blobs.digest(XXH3, [buf])
             self._put(address, [buf], buf.nbytes)
             buffers.append(BlobRef("raw", address, XXH3, address, buf.nbytes))
+        # slot → the member name inside the stream (None: the stream is the value itself)
+        slots: dict[str, str | None] = (
+            {slot: None} if members is None else {m: m[2:] for m in members}
+        )
         stream = pickled.stream
         n = len(stream)
         if n >= PACK_VALUE_MAX:
             address = blobs.digest(SHA256, [stream])
             self._put(address, [stream], n)
-            self.refs[slot] = BlobRef(
-                "pickle", address, SHA256, address, n, 0, n, buffers=tuple(buffers)
-            )
+            for name, member in slots.items():
+                self.refs[name] = BlobRef(
+                    "pickle",
+                    address,
+                    SHA256,
+                    address,
+                    n,
+                    0,
+                    n,
+                    buffers=tuple(buffers),
+                    member=member,
+                )
             return
         if self._pack and self._pack_size + n > PACK_TARGET:
             self.flush()
-        self._pending.append((slot, self._pack_size, n, tuple(buffers)))
+        self._pending.append((slots, self._pack_size, n, tuple(buffers)))
         self._pack.append(stream)
         self._pack_size += n
 
@@ -174,17 +300,19 @@ class _Writer:
             return
         address = blobs.digest(SHA256, self._pack)
         self._put(address, self._pack, self._pack_size)
-        for slot, offset, length, buffers in self._pending:
-            self.refs[slot] = BlobRef(
-                "pickle",
-                address,
-                SHA256,
-                address,
-                self._pack_size,
-                offset,
-                length,
-                buffers=buffers,
-            )
+        for slots, offset, length, buffers in self._pending:
+            for slot, member in slots.items():
+                self.refs[slot] = BlobRef(
+                    "pickle",
+                    address,
+                    SHA256,
+                    address,
+                    self._pack_size,
+                    offset,
+                    length,
+                    buffers=buffers,
+                    member=member,
+                )
         self._pack, self._pack_size, self._pending = [], 0, []
 
 
@@ -222,7 +350,7 @@ class Store:
             except FileNotFoundError:
                 fsio.makedirs(self.root)
                 doc = {
-                    "format": FORMAT_VERSION,
+                    "format": STORE_FORMAT_VERSION,
                     "created": manifest.now_iso(),
                     "seed_base": secrets.randbits(63),
                 }
@@ -255,13 +383,13 @@ class Store:
                 "(checkpoints are kept, but seeds derived from the store change)",
                 path="store.json",
             )
-        if fmt > FORMAT_VERSION:
+        if fmt > STORE_FORMAT_VERSION:
             raise FormatTooNew(
                 f"the store {os.fspath(self.root)} has format {fmt}, but this ipy_resume reads "
-                f"format {FORMAT_VERSION} at most; upgrade ipy_resume or use another store",
+                f"format {STORE_FORMAT_VERSION} at most; upgrade ipy_resume or use another store",
                 path="store.json",
                 found=fmt,
-                supported=FORMAT_VERSION,
+                supported=STORE_FORMAT_VERSION,
             )
         return dict(doc)
 
@@ -293,8 +421,14 @@ class Store:
         extras: Mapping[str, object] | None = None,
         info: Mapping[str, Any] | None = None,
         complete: bool = True,
+        linker: Linker | None = None,
     ) -> SaveResult:
         """Store *values* and *extras* as a new checkpoint of (cell_id, key).
+
+        Values that share objects (one object under two names, a view of another
+        value's array, an object inside another value) are stored so that they share
+        them again when loaded; with a *linker*, so are objects that other checkpoints
+        stored, as long as they have not changed since.
 
         A value that cannot be pickled is left out and reported in
         ``SaveResult.failed`` (an extra as ``"extra:<name>"``); the checkpoint
@@ -314,6 +448,7 @@ class Store:
 
         failed: dict[str, str] = {}
         writer = _Writer(self.blobs)
+        ident = manifest.new_checkpoint_id()
         try:
             self._store_info()
             # Shared with other saves, exclusive of gc: from the first "this blob exists,
@@ -323,18 +458,18 @@ class Store:
             ) as locked:
                 writer.touch = not locked
                 fsio.makedirs(self.blobs.objects)
-                for section, mapping in (("v", values), ("x", extras)):
-                    for name, value in mapping.items():
-                        try:
-                            writer.add(f"{section}:{name}", value)
-                        except codecs.EncodeError as exc:
-                            label = name if section == "v" else EXTRA_PREFIX + name
-                            failed[label] = str(exc)
+                for slot, reason in self._write_values(writer, values, linker, ident).items():
+                    failed[slot[2:]] = reason
+                for name, value in extras.items():
+                    try:
+                        writer.add(f"x:{name}", value)
+                    except codecs.EncodeError as exc:
+                        failed[EXTRA_PREFIX + name] = str(exc)
                 writer.flush()
                 value_refs = {n: writer.refs[f"v:{n}"] for n in values if f"v:{n}" in writer.refs}
                 extra_refs = {n: writer.refs[f"x:{n}"] for n in extras if f"x:{n}" in writer.refs}
                 m = Manifest(
-                    id=manifest.new_checkpoint_id(),
+                    id=ident,
                     cell_id=cell_id,
                     key=key,
                     created=manifest.now_iso(),
@@ -346,6 +481,7 @@ class Store:
                     versions=_versions(),
                     bytes=0,
                     bytes_written=writer.bytes_written,
+                    links=dict(sorted(writer.links.items())),
                 )
                 m.bytes = sum(r.size for r in m.blob_refs())
                 manifest_bytes = self._commit(m, writer)
@@ -359,6 +495,38 @@ class Store:
         except OSError as exc:
             raise self._save_error(cell_id, exc, writer.current) from exc
         return SaveResult(m, failed, writer.bytes_written + manifest_bytes)
+
+    @staticmethod
+    def _write_values(
+        writer: _Writer, values: Mapping[str, object], linker: Linker | None, ident: str
+    ) -> dict[str, str]:
+        """Top-level arrays that own their memory as HDF5 blobs, the rest as one group."""
+        owners: set[int] = set()
+        if linker is not None:
+            owners.update(codecs.data_pointer(a) for a in linker.arrays())
+        for value in values.values():
+            if type(value) is np.ndarray and not isinstance(value.base, np.ndarray):
+                owners.add(codecs.data_pointer(value))
+        hdf5: dict[str, object] = {}
+        group: dict[str, object] = {}
+        seen: set[int] = set()
+        for name in sorted(values):
+            value, slot = values[name], f"v:{name}"
+            shared = id(value) in seen or (
+                type(value) is np.ndarray
+                and isinstance(value.base, np.ndarray)
+                and codecs.data_pointer(codecs.array_root(value)) in owners
+            )
+            seen.add(id(value))
+            plan = None if shared else codecs.plan_array(value)
+            if plan is None:
+                group[slot] = value
+            else:
+                writer.add_array(slot, plan)
+                hdf5[slot] = value
+        if not group:
+            return {}
+        return writer.add_group(group, hdf5, linker, ident)
 
     def _commit(self, m: Manifest, writer: _Writer) -> int:
         folder = self._key_dir(m.cell_id, m.key)
@@ -511,12 +679,16 @@ class Store:
         self,
         manifest: Manifest,
         names: Iterable[str] | None = None,
-        cache: dict[str, np.ndarray] | None = None,
+        cache: dict[Any, Any] | None = None,
+        linker: Linker | None = None,
     ) -> dict[str, object]:
         """The values of a verified checkpoint (all of them, or *names*).
 
         Every blob is verified against the manifest before it is decoded; a bad
         one is quarantined and :class:`CorruptBlob` / :class:`MissingBlob` raised.
+        Loads that share a *cache* share the objects they decode, so values of
+        several checkpoints that held one object hold one object again; a *linker*
+        supplies live objects for the links of other checkpoints.
         """
         wanted = list(manifest.values) if names is None else list(names)
         for name in wanted:
@@ -524,9 +696,41 @@ class Store:
                 raise KeyError(f"{manifest.describe()} has no value named {name!r}")
         cache = {} if cache is None else cache
         self._prefetch(manifest, [manifest.values[n] for n in wanted], cache)
-        return {n: self._decode(manifest, n, manifest.values[n], cache) for n in wanted}
+        return {n: self._value(manifest, n, cache, linker) for n in wanted}
 
-    def _prefetch(self, m: Manifest, refs: list[BlobRef], cache: dict[str, np.ndarray]) -> None:
+    def _value(
+        self, m: Manifest, name: str, cache: dict[Any, Any], linker: Linker | None
+    ) -> object:
+        tok = token(m.id, name)
+        known = cache.get(("object", tok), MISSING)
+        if known is MISSING:
+            known = self._decode(m, name, m.values[name], cache, linker)
+            cache[("object", tok)] = known
+        return known
+
+    def _linked(
+        self, m: Manifest, tok: str, cache: dict[Any, Any], linker: Linker | None
+    ) -> object:
+        """The object behind link *tok* of *m*: decoded here already, live, or loaded."""
+        known = cache.get(("object", tok), MISSING)
+        if known is not MISSING:
+            return known
+        checkpoint_id, _, name = tok.partition("/")
+        if checkpoint_id == m.id and name in m.values:
+            return self._value(m, name, cache, linker)
+        if linker is not None:
+            known = linker.live(tok)
+        if known is MISSING:
+            ref = m.links.get(tok)
+            if ref is None:
+                raise ValueError(f"the link {tok!r} is not listed in the manifest")
+            known = self._decode(m, name, ref, cache, linker)
+            if linker is not None:
+                linker.loaded(tok, known)
+        cache[("object", tok)] = known
+        return known
+
+    def _prefetch(self, m: Manifest, refs: list[BlobRef], cache: dict[Any, Any]) -> None:
         """Read and verify the blobs behind *refs* two at a time, into *cache*.
 
         A DataFrame is a pickle stream (sha256, CPU-bound) plus column buffers (xxh3,
@@ -562,7 +766,7 @@ class Store:
                 raise failures[address]
 
     def load_extras(
-        self, manifest: Manifest, cache: dict[str, np.ndarray] | None = None
+        self, manifest: Manifest, cache: dict[Any, Any] | None = None
     ) -> dict[str, object]:
         """The extras of a verified checkpoint (verified like values).
 
@@ -572,14 +776,21 @@ class Store:
         cache = {} if cache is None else cache
         return {n: self._decode(manifest, n, r, cache) for n, r in manifest.extras.items()}
 
-    def _blob(self, m: Manifest, ref: BlobRef, cache: dict[str, np.ndarray]) -> np.ndarray:
+    def _blob(self, m: Manifest, ref: BlobRef, cache: dict[Any, Any]) -> np.ndarray:
         buf = cache.get(ref.blob)
         if buf is None:
             buf = self.blobs.read(ref.blob, ref.algo, ref.checksum, ref.size, context=m.describe())
             cache[ref.blob] = buf
         return buf
 
-    def _decode(self, m: Manifest, name: str, ref: BlobRef, cache: dict[str, np.ndarray]) -> object:
+    def _decode(
+        self,
+        m: Manifest,
+        name: str,
+        ref: BlobRef,
+        cache: dict[Any, Any],
+        linker: Linker | None = None,
+    ) -> object:
         buf = self._blob(m, ref, cache)
         try:
             if ref.kind == "hdf5":
@@ -589,7 +800,18 @@ class Store:
                 buffers = [self._blob(m, b, cache) for b in ref.buffers]
                 assert ref.length is not None
                 stream = buf.data[ref.offset : ref.offset + ref.length]
-                return codecs.unpickle_value(stream, buffers)
+                if ref.member is None:
+                    return codecs.unpickle_value(stream, buffers)
+                where = ("group", ref.blob, ref.offset)
+                group = cache.get(where)
+                if group is None:
+                    group = codecs.unpickle_group(
+                        stream, buffers, lambda tok: self._linked(m, tok, cache, linker)
+                    )
+                    cache[where] = group
+                if ref.member not in group:
+                    raise ValueError(f"the group has no member {ref.member!r}")
+                return group[ref.member]
             raise ValueError(f"a {ref.kind} blob cannot hold a value")
         except StoreError:
             raise

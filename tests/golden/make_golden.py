@@ -21,9 +21,9 @@ HERE = Path(__file__).parent
 GOLDEN_KEY = bytes.fromhex("60" * 16 + "a5" * 16)
 
 
-def golden_values() -> dict[tuple[str, str], dict[str, Any]]:
-    """(CELL_ID, key) -> the values stored under it (one checkpoint each)."""
-    return {
+def golden_values(fmt: int = 1) -> dict[tuple[str, str], dict[str, Any]]:
+    """(CELL_ID, key) -> the values stored under it (one checkpoint each) in format *fmt*."""
+    values = {
         ("arrays", "k-arrays"): {
             "c_order": np.arange(8_192, dtype="<f8") / 3,  # HDF5, C order
             "f_order": np.asfortranarray(np.arange(128 * 128, dtype=">i4").reshape(128, 128)),
@@ -41,9 +41,24 @@ def golden_values() -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("mixed", "k-mixed-2"): {"text": "second key of one cell", "n": 2},
     }
+    if fmt >= 2:  # shared objects: one object under two names, views, a link between checkpoints
+        base = np.arange(20_000, dtype=np.float64)  # HDF5
+        small = np.arange(12.0)  # pickled with the group
+        items = ["shared", 1]
+        values[("shared", "k-shared")] = {
+            "base": base,
+            "window": base[100:200:2],
+            "small": small,
+            "tail": small[6:],
+            "items": items,
+            "same_items": items,
+        }
+        values[("linked", "k-linked")] = {"holder": {"items": items, "n": 3}}
+    return values
 
 
 def main() -> int:
+    from ipy_resume.sharing import SharedObjects, fingerprints_of
     from ipy_resume.store import FORMAT_VERSION, Store
 
     target = HERE / f"format{FORMAT_VERSION}"
@@ -52,8 +67,13 @@ def main() -> int:
         return 1
     shutil.rmtree(target, ignore_errors=True)
     store = Store(target, key=GOLDEN_KEY)
-    for (cell_id, key), values in golden_values().items():
-        store.save(cell_id, key, values, extras={"note": f"golden {cell_id}"}, info={"golden": 1})
+    shared = SharedObjects()  # so "linked" links to the list "shared" stored
+    for (cell_id, key), values in golden_values(FORMAT_VERSION).items():
+        info = {"golden": 1, "fingerprints": fingerprints_of(values)}
+        saved = store.save(
+            cell_id, key, values, extras={"note": f"golden {cell_id}"}, info=info, linker=shared
+        )
+        shared.note(saved.manifest, values)
     (target / "lock").unlink(missing_ok=True)
     (HERE / f"format{FORMAT_VERSION}.key").write_text(GOLDEN_KEY.hex() + "\n")
     print(f"wrote {target}")

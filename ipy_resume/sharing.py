@@ -1,0 +1,229 @@
+"""Objects that stay shared across checkpoints, and fingerprints that survive a restore.
+
+Two names that hold one object in the kernel must hold one object after a restore,
+also when different checkpoints stored them: ``holder = {"box": box}`` in one cell,
+``box`` from an earlier one; ``view = base[2:5]`` of another cell's ``base``.  The
+store keeps objects shared within one checkpoint by itself (one pickle for all of a
+checkpoint's values, views rebuilt over their base); across checkpoints it asks a
+:class:`SharedObjects` (its ``Linker``), which remembers, for the values that
+checkpoints of this process stored or restored, which checkpoint value they are.
+
+A save then writes such an object as a *link* to that value, provided the object
+has not changed since (checked by fingerprint, or for an array by the checksum of
+its bytes); a restore resolves a link to the live object when it is still
+unchanged, and otherwise loads it from the blobs the link names.  Limits, said once
+here: only an object that was itself a *name* of a checkpoint is linked (an object
+that sat inside another checkpoint's value is stored again and comes back as a
+copy); an object changed since its checkpoint is stored again too.
+
+The same registry makes fingerprints stable across a restore: a value whose pickle
+round trip is not exact (a ``__setstate__`` that drops a cache, say) fingerprints
+differently once restored.  The save records each pickled value's fingerprint, and
+the restore tells the fingerprinter that the restored value's fingerprint stands for
+the saved one (:func:`ipy_resume.fingerprint.register_alias`), so cells downstream
+still hit, while a value the user then changes fingerprints as something new.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import fingerprint
+from .fingerprint import Fingerprinter, Unfingerprintable
+from .store import Manifest, blobs, codecs
+from .store.manifest import BlobRef
+from .store.store import MISSING, token
+
+__all__ = ["SharedObjects", "fingerprints_of", "shared_objects"]
+
+
+@dataclass
+class _Entry:
+    name: str
+    ref: BlobRef
+    links: dict[str, BlobRef]
+    fingerprint: bytes | None  # None: an HDF5 array, checked by its blob address
+    holder: Any  # a weak reference, or the object itself when it takes none
+    obj_id: int
+
+    def get(self) -> object:
+        obj = self.holder() if isinstance(self.holder, weakref.ref) else self.holder
+        return MISSING if obj is None or id(obj) != self.obj_id else obj
+
+
+# Values whose identity means nothing (equal ones are interchangeable): never linked.
+_VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple, frozenset)
+
+
+def _hold(obj: object) -> Any:
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # dict, list, tuple...: kept alive until the name moves on
+        return obj
+
+
+def fingerprints_of(values: Mapping[str, object]) -> dict[str, str]:
+    """Hex fingerprints of the values the store will pickle (arrays round-trip exactly).
+
+    >>> fingerprints_of({"a": [1, 2], "big": np.zeros(1 << 20)}).keys()
+    dict_keys(['a'])
+    """
+    fp = Fingerprinter()
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        if codecs.array_blob_eligible(value):
+            continue
+        try:
+            out[name] = fp.digest(value).hex()
+        except Unfingerprintable:
+            continue
+    return out
+
+
+class SharedObjects:
+    """What this process knows of the objects one store holds (the store's ``Linker``).
+
+    >>> shared = shared_objects("/tmp/doc-store")
+    >>> shared.candidates()
+    {}
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}  # token -> entry
+        self._checked: dict[str, bool] = {}  # answers of check() during one operation
+
+    # ---- what checkpoints stored or restored ---------------------------------------------
+
+    def note(
+        self,
+        manifest: Manifest,
+        values: Mapping[str, object],
+        namespace: MutableMapping[str, Any] | None = None,
+    ) -> None:
+        """Remember *values*, just saved as or restored from *manifest*.
+
+        Older entries for the same names are forgotten, and with *namespace* so are
+        those whose name no longer holds their object, so nothing the user deleted is
+        kept alive here.
+        """
+        fingerprints = manifest.info.get("fingerprints") or {}
+        # A value may sit in a group that also refers to the checkpoint's other values
+        # (a view of its array, say): whoever links to it needs all of them at hand.
+        needed = {**manifest.links}
+        needed.update((token(manifest.id, n), r) for n, r in manifest.values.items())
+        names = set(values)
+        for tok, entry in list(self._entries.items()):
+            gone = namespace is not None and namespace.get(entry.name, MISSING) is not entry.get()
+            if entry.name in names or gone or entry.get() is MISSING:
+                del self._entries[tok]
+        for name, value in values.items():
+            ref = manifest.values.get(name)
+            if ref is None or isinstance(value, _VALUE_TYPES):
+                continue
+            digest = fingerprints.get(name)
+            if digest is None and ref.kind != "hdf5":
+                continue  # no way to tell later whether it changed
+            self._entries[token(manifest.id, name)] = _Entry(
+                name,
+                ref,
+                needed,
+                bytes.fromhex(digest) if isinstance(digest, str) else None,
+                _hold(value),
+                id(value),
+            )
+        self._checked.clear()
+
+    def restored(self, manifest: Manifest, values: Mapping[str, object]) -> None:
+        """Make the fingerprints of *values* (restored from *manifest*) stand for the saved ones.
+
+        Costs one fingerprint per pickled value; arrays round-trip exactly and are skipped.
+        """
+        saved = manifest.info.get("fingerprints") or {}
+        fp = Fingerprinter()
+        for name, value in values.items():
+            digest = saved.get(name)
+            if not isinstance(digest, str) or codecs.array_blob_eligible(value):
+                continue
+            try:
+                now = fp.digest(value)
+            except Unfingerprintable:
+                continue
+            if now.hex() != digest:
+                fingerprint.register_alias(now, bytes.fromhex(digest))
+
+    # ---- the store's Linker protocol -----------------------------------------------------
+
+    def candidates(self) -> dict[int, str]:
+        return {e.obj_id: tok for tok, e in self._entries.items() if e.get() is not MISSING}
+
+    def arrays(self) -> list[np.ndarray]:
+        out = []
+        for entry in self._entries.values():
+            obj = entry.get()
+            if type(obj) is np.ndarray:
+                out.append(obj)
+        return out
+
+    def check(self, tok: str) -> bool:
+        known = self._checked.get(tok)
+        if known is None:
+            known = self._checked[tok] = self._unchanged(tok)
+        return known
+
+    def _unchanged(self, tok: str) -> bool:
+        entry = self._entries.get(tok)
+        if entry is None:
+            return False
+        obj = entry.get()
+        if obj is MISSING:
+            return False
+        if entry.fingerprint is not None:
+            try:
+                return Fingerprinter().digest(obj) == entry.fingerprint
+            except Unfingerprintable:
+                return False
+        plan = codecs.plan_array(obj)
+        return plan is not None and blobs.digest(blobs.XXH3, plan.chunks()) == entry.ref.blob
+
+    def refs(self, tok: str) -> dict[str, BlobRef]:
+        entry = self._entries[tok]
+        return {**entry.links, tok: entry.ref}
+
+    def live(self, tok: str) -> object:
+        return self._entries[tok].get() if tok in self._entries and self.check(tok) else MISSING
+
+    def loaded(self, tok: str, value: object) -> None:
+        # An object loaded for a link is not bound to a name: nothing to remember.
+        return None
+
+    def forget(self, checkpoint_id: str) -> None:
+        """Stop linking to *checkpoint_id* (it failed to load: its blobs are suspect)."""
+        for tok in [t for t in self._entries if t.startswith(checkpoint_id + "/")]:
+            del self._entries[tok]
+
+    def forget_checks(self) -> None:
+        """Start a new operation: objects may have changed since the last answers."""
+        self._checked.clear()
+
+
+_by_store: dict[str, SharedObjects] = {}
+
+
+def shared_objects(root: str | os.PathLike[str]) -> SharedObjects:
+    """The registry of the store at *root* in this process (links never cross stores).
+
+    >>> shared_objects("/tmp/a") is shared_objects("/tmp/a")
+    True
+    """
+    key = str(Path(root).resolve())
+    found = _by_store.get(key)
+    if found is None:
+        found = _by_store[key] = SharedObjects()
+    return found

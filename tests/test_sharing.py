@@ -1,0 +1,151 @@
+"""Shared objects stay shared, and keys stay stable, across a restore in a fresh process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_cross_process import run_process
+
+from ipy_resume.sharing import SharedObjects, fingerprints_of
+from ipy_resume.store import Store
+
+BOX = (
+    "%%checkpoint a\n"
+    "import numpy as np\n"
+    "class Box:\n"
+    "    def __init__(self):\n"
+    "        self.items = [1]\n"
+    "box = Box(); base = np.arange(10.0); big = np.arange(100_000.0)"
+)
+HOLDER = (
+    "%%checkpoint b\n"
+    "holder = {'box': box}; view = base[2:5]; big_view = big[10:20]; pair = [box, box]"
+)
+AFTER = "box.items.append(2); view[0] = 99.0; big_view[0] = -1.0"
+CHECKS = {
+    "holder_is_box": "holder['box'] is box",
+    "pair_is_box": "pair[0] is box and pair[1] is box",
+    "items": "holder['box'].items",
+    "base2": "float(base[2])",
+    "big10": "float(big[10])",
+}
+UNINTERRUPTED = {
+    "holder_is_box": "True",
+    "pair_is_box": "True",
+    "items": "[1, 2]",
+    "base2": "99.0",
+    "big10": "-1.0",
+}
+
+
+def _statuses(report: dict[str, object]) -> list[str]:
+    cells = report["cells"]
+    assert isinstance(cells, list)
+    return [c["stderr"] for c in cells]
+
+
+def test_box_and_view_behave_after_a_restore_as_in_the_uninterrupted_kernel(
+    tmp_path: Path,
+) -> None:
+    first = run_process(tmp_path, [BOX, HOLDER, AFTER], CHECKS)
+    assert first["eval"] == UNINTERRUPTED
+    second = run_process(tmp_path, [BOX, HOLDER, AFTER], CHECKS)
+    assert all("restored" in s for s in _statuses(second)[:2]), _statuses(second)
+    assert second["eval"] == UNINTERRUPTED
+
+
+@pytest.mark.parametrize("how", ["%resume", "%checkpoint restore b"])
+def test_resume_and_restore_keep_objects_shared(tmp_path: Path, how: str) -> None:
+    run_process(tmp_path, [BOX, HOLDER], {})
+    report = run_process(tmp_path, [how, AFTER], CHECKS)
+    assert report["cells"][0]["error"] is None, report["cells"][0]
+    assert report["eval"] == UNINTERRUPTED
+
+
+def test_an_object_changed_after_its_checkpoint_is_stored_again(tmp_path: Path) -> None:
+    # box changes in a plain cell between a and b: b must not link to a's stale box
+    cells = [BOX, "box.items.append(5)", HOLDER]
+    checks = {"items": "holder['box'].items", "box": "box.items"}
+    first = run_process(tmp_path, cells, checks)
+    assert first["eval"] == {"items": "[1, 5]", "box": "[1, 5]"}
+    second = run_process(tmp_path, cells, checks)
+    assert all("restored" in s for s in (_statuses(second)[0], _statuses(second)[2]))
+    assert second["eval"] == {"items": "[1, 5]", "box": "[1, 5]"}
+
+
+BUNCH = "%%checkpoint load\nfrom sklearn.datasets import load_iris\niris = load_iris()"
+READ = "%%checkpoint read\nn_rows = iris.data.shape[0]\nprint(iris.DESCR[:20])"
+
+
+def test_a_bunch_restored_keeps_its_key_and_a_change_still_misses(tmp_path: Path) -> None:
+    pytest.importorskip("sklearn")
+    run_process(tmp_path, [BUNCH, READ], {})
+    again = run_process(tmp_path, [BUNCH, READ], {"n": "n_rows"})
+    assert [("restored" in s) for s in _statuses(again)] == [True, True], _statuses(again)
+    changed = run_process(
+        tmp_path, [BUNCH, "iris['extra'] = 1", READ], {"n": "n_rows"}
+    )
+    assert "executed 'read'" in _statuses(changed)[2], _statuses(changed)
+
+
+class Dropper:
+    """A class whose ``__setstate__`` drops a cache, as many library classes do."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._cache = {"computed": n * 2}
+
+    def __getstate__(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        state = dict(state)
+        state.pop("_cache", None)
+        self.__dict__.update(state)
+
+
+DROPPER = (
+    "%%checkpoint make\n"
+    "class Dropper:\n"
+    "    def __init__(self, n):\n"
+    "        self.n = n\n"
+    "        self._cache = {'computed': n * 2}\n"
+    "    def __setstate__(self, state):\n"
+    "        state = dict(state); state.pop('_cache', None); self.__dict__.update(state)\n"
+    "d = Dropper(3)"
+)
+USE = "%%checkpoint use\ntotal = d.n + 1"
+
+
+def test_a_setstate_that_drops_an_attribute_still_hits_downstream(tmp_path: Path) -> None:
+    run_process(tmp_path, [DROPPER, USE], {})
+    again = run_process(tmp_path, [DROPPER, USE], {"total": "total", "cache": "hasattr(d, '_cache')"})
+    assert [("restored" in s) for s in _statuses(again)] == [True, True], _statuses(again)
+    assert again["eval"] == {"total": "4", "cache": "False"}
+    changed = run_process(tmp_path, [DROPPER, "d.n = 10", USE], {"total": "total"})
+    assert "executed 'use'" in _statuses(changed)[2] and changed["eval"] == {"total": "11"}
+
+
+def test_linked_values_survive_in_the_store_alone(tmp_path: Path) -> None:
+    # Without the process that saved them: the link's blobs are in the second manifest.
+    store = Store(tmp_path / "st", key=b"k" * 32)
+    shared = SharedObjects()
+    box = {"w": np.arange(5.0)}
+    items = [box, "x"]
+    first = {"items": items}
+    m1 = store.save("a", "k1", first, info={"fingerprints": fingerprints_of(first)}).manifest
+    shared.note(m1, first)
+    second = {"holder": {"items": items}}
+    m2 = store.save("b", "k2", second, linker=shared).manifest
+    assert list(m2.links) == [f"{m1.id}/items"]
+    alone = store.load_values(m2)
+    assert alone["holder"]["items"][1] == "x"  # type: ignore[index]
+    cache: dict[object, object] = {}
+    together = store.load_values(m1, cache=cache), store.load_values(m2, cache=cache)
+    assert together[1]["holder"]["items"] is together[0]["items"]  # type: ignore[index]
+    assert store.verify() == []
+    # gc keeping only b keeps the blobs b links to
+    store.gc(keep_last=1)
+    assert store.load_values(m2)["holder"]["items"][0]["w"].tolist() == [0, 1, 2, 3, 4]  # type: ignore[index]
