@@ -43,6 +43,9 @@ def load_ipython_extension(ipython: Any) -> None:
         magics = CheckpointMagics(ipython)
         ipython.register_magics(magics)
         ipython._ipy_resume_magics = magics
+        from .ipython_settings import register as register_settings
+
+        register_settings(ipython)
     # The side panel's channel; a no-op outside a kernel, idempotent inside one.
     from .comm import register
 

@@ -15,6 +15,7 @@ import os
 import sqlite3
 import sys
 import time
+import types
 import uuid
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -23,10 +24,10 @@ from typing import Any, Protocol
 
 import xxhash
 
-from . import restoring, rng
+from . import restoring, rng, settings
 from .analysis import AnalysisError, CellAnalysis, analyze
 from .capture import OutputRecord
-from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes
+from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
 from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError
 from .store.journal import Event, Journal
@@ -257,6 +258,10 @@ class Engine:
             parts[f"input:{name}"] = digests[name].hex()
         for path in opts.deps:
             parts[f"deps:{path}"] = _file_digest(Path(path))
+        if settings.draws(source, (namespace[n] for n in names if n in namespace)):
+            style = settings.rcparams_digest()
+            if style is not None:
+                parts["settings:matplotlib"] = style
         key = digest_bytes(*(f"{k}={v}".encode() for k, v in sorted(parts.items()))).hex()
         return Plan(analysis, key, parts, digests, seed)
 
@@ -330,7 +335,7 @@ class Engine:
         # Everything is loaded and verified before the namespace is touched, so a failure
         # above never leaves a half-restored kernel.
         try:
-            restoring.apply(
+            problems = restoring.apply(
                 namespace, self.store, loaded, manifest.info.get("deleted", []), files=True
             )
         except OSError as exc:
@@ -340,6 +345,8 @@ class Engine:
             )
             return None
         values, extras = loaded.values, loaded.extras
+        for problem in problems:
+            host.message(f"{PREFIX}'{opts.cell_id}': {problem}")
         record = extras.get("outputs")
         if isinstance(record, OutputRecord):
             host.replay(record)
@@ -375,6 +382,8 @@ class Engine:
         __tracebackhide__ = True
         assert plan.key is not None and plan.analysis is not None
         before = set(namespace)
+        settings_before = settings.snapshot()
+        reached = _reached_state(namespace, plan)
         self._seed(plan)
         started = time.perf_counter()
         global _active
@@ -386,9 +395,12 @@ class Engine:
         duration = time.perf_counter() - started
         rng_state = rng.snapshot()
 
-        names, deleted, mutated = self._outputs(namespace, plan, opts, before)
+        names, deleted, mutated = self._outputs(namespace, plan, opts, before, reached)
         values = {name: namespace[name] for name in names}
         extras: dict[str, Any] = {"outputs": result.record, "rng": rng_state}
+        changed_settings = settings.changes(settings_before, settings.snapshot())
+        if changed_settings:
+            extras["settings"] = changed_settings
         if result.has_value:
             extras["result"] = result.value
         missing_files: dict[str, str] = {}
@@ -491,12 +503,17 @@ class Engine:
         plan: Plan,
         opts: CheckpointOptions,
         before: set[str],
+        reached: dict[str, bytes],
     ) -> tuple[list[str], list[str], list[str]]:
-        """Names to store, names the cell removed, and inputs it changed in place."""
+        """Names to store, names the cell removed, and inputs it changed in place.
+
+        *reached* are the fingerprints, before the run, of the globals the cell's notebook
+        functions reach: those changed (a generator a function advanced) are stored too.
+        """
         assert plan.analysis is not None
         mutated: list[str] = []
         fingerprinter = Fingerprinter()
-        for name, digest in plan.input_digests.items():
+        for name, digest in [*plan.input_digests.items(), *reached.items()]:
             if name in plan.analysis.outputs or name not in namespace:
                 continue
             try:
@@ -563,6 +580,8 @@ def describe_differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
                 out.append(f"input '{name}' changed")
         elif kind == "deps":
             out.append(f"dependency file '{name}' changed")
+        elif kind == "settings":
+            out.append(f"{name}'s settings changed (rcParams: a style, a theme or an rc value)")
         elif part == "python":
             out.append(f"the Python version changed ({before} → {after})")
         elif part == "format":
@@ -596,6 +615,49 @@ def summarize(value: Any) -> dict[str, Any]:
     elif isinstance(value, (list, tuple, dict, set, frozenset, str, bytes)):
         summary["len"] = len(value)
     return summary
+
+
+def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str, bytes]:
+    """Fingerprints of the globals that the cell's notebook functions read, transitively.
+
+    ``y = model(x)`` never names ``rng``, but ``model`` draws from it: ``rng`` changes.
+    Functions, classes and modules themselves are followed, not fingerprinted; names the
+    cell reads or binds itself are checked elsewhere.  A value that cannot be fingerprinted
+    is skipped (the cell's key already covers it through the function).
+    """
+    assert plan.analysis is not None
+    own = set(plan.input_digests) | set(plan.analysis.outputs)
+    seen: set[int] = set()
+    found: set[str] = set()
+    todo = [namespace[n] for n in plan.input_digests if n in namespace]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        code = None
+        if isinstance(obj, types.MethodType):
+            todo.append(obj.__func__)
+        elif isinstance(obj, types.FunctionType) and obj.__module__ == "__main__":
+            code = obj.__code__
+        elif isinstance(obj, type) and obj.__module__ == "__main__":
+            todo.extend(v for v in vars(obj).values() if isinstance(v, types.FunctionType))
+        if code is None:
+            continue
+        for name in globals_read(code):
+            if name in own or name in found or name not in namespace:
+                continue
+            value = namespace[name]
+            if isinstance(value, (types.FunctionType, types.MethodType, type)):
+                todo.append(value)
+            elif not isinstance(value, types.ModuleType):
+                found.add(name)
+    fingerprinter = Fingerprinter()
+    digests: dict[str, bytes] = {}
+    for name in sorted(found):
+        with contextlib.suppress(Unfingerprintable):
+            digests[name] = fingerprinter.digest(namespace[name])
+    return digests
 
 
 def _is_closed_file(value: Any) -> bool:

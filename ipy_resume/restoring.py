@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import rng
+from . import rng, settings
 from .sharing import shared_objects
 from .store import Manifest, Store
 from .store.fsio import atomic_write
@@ -29,6 +29,7 @@ class Loaded:
     values: dict[str, object]
     extras: dict[str, object]
     sources: dict[str, Manifest] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # settings that could not be re-applied
 
     @property
     def files(self) -> dict[str, bytes]:
@@ -36,11 +37,21 @@ class Loaded:
         return dict(files) if isinstance(files, dict) else {}
 
 
-def load(store: Store, target: Manifest, sources: Mapping[str, Manifest] | None = None) -> Loaded:
+def load(
+    store: Store,
+    target: Manifest,
+    sources: Mapping[str, Manifest] | None = None,
+    chain: list[Manifest] | None = None,
+) -> Loaded:
     """Load *target*'s values (or each name of *sources* from its manifest) and its extras.
 
-    Raises the store's errors (``StoreError``) when anything fails verification; the
-    namespace is not touched.
+    With *chain* (the checkpoints that built the state, oldest first), the settings
+    each of them changed are gathered in that order, to be applied as of the target.
+
+    The settings the checkpoints changed are re-applied first (their modules may need
+    them to unpickle); everything else is only loaded.  Raises the store's errors
+    (``StoreError``) when anything fails verification, with the settings put back and
+    the namespace untouched.
 
     >>> loaded = load(store, store.find("train", key))  # doctest: +SKIP
     """
@@ -53,11 +64,27 @@ def load(store: Store, target: Manifest, sources: Mapping[str, Manifest] | None 
     for name, manifest in sources.items():
         by_manifest.setdefault(manifest.id, []).append(name)
         manifests[manifest.id] = manifest
-    values: dict[str, object] = {}
-    for manifest_id, names in by_manifest.items():
-        values.update(store.load_values(manifests[manifest_id], names, cache, shared))
-    extras = store.load_extras(target, cache)
-    return Loaded(values, extras, sources)
+    # Settings first: a cell that extended sys.path (or changed the working directory)
+    # may have stored objects whose modules are only importable after that.
+    recorded: dict[str, Any] = {}
+    for step in chain or [target]:
+        if "settings" in step.extras:
+            found = store.load_extras(step, cache, ["settings"]).get("settings")
+            if isinstance(found, dict):
+                recorded = settings.merge(recorded, found)
+    before = settings.snapshot() if recorded else {}
+    problems = settings.apply(recorded) if recorded else []
+    try:
+        values: dict[str, object] = {}
+        for manifest_id, names in by_manifest.items():
+            values.update(store.load_values(manifests[manifest_id], names, cache, shared))
+        extras = store.load_extras(target, cache)
+    except BaseException:
+        if recorded:  # nothing of a failed restore stays behind
+            settings.apply(settings.changes(settings.snapshot(), before))
+        raise
+    extras["settings"] = recorded
+    return Loaded(values, extras, sources, problems)
 
 
 def apply(
@@ -66,10 +93,11 @@ def apply(
     loaded: Loaded,
     delete: list[str] | tuple[str, ...] = (),
     files: bool = False,
-) -> None:
-    """Bind the loaded values, remove *delete*, set the RNG state; with *files*, write them first.
+) -> list[str]:
+    """Bind the loaded values, remove *delete*, set the RNG state (settings: see :func:`load`).
 
-    Writing files can fail (``OSError``) before the namespace is touched.
+    With *files*, they are written first; that can fail (``OSError``) before the
+    namespace is touched.  Returns one line per setting that could not be re-applied.
     """
     if files:
         for path, content in loaded.files.items():
@@ -89,3 +117,4 @@ def apply(
     for manifest, values in by_manifest.values():
         shared.restored(manifest, values)
         shared.note(manifest, values, namespace)
+    return loaded.problems

@@ -175,6 +175,7 @@ class RestorePlan:
     sources: dict[str, Manifest] = field(default_factory=dict)  # name → newest manifest in lineage
     remove: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # deleted by the lineage, as of the target
+    chain: list[Manifest] = field(default_factory=list)  # the lineage's checkpoints, oldest first
 
 
 def plan_restore(
@@ -228,7 +229,7 @@ def plan_restore(
             later_names.update(event.names)
     present = set(namespace_names)
     remove = sorted((later_names - set(sources)) & present)
-    return RestorePlan(manifest, target_event, sources, remove, sorted(deleted & present))
+    return RestorePlan(manifest, target_event, sources, remove, sorted(deleted & present), chain)
 
 
 def restore(
@@ -251,8 +252,8 @@ def restore(
     """
     store = store or Store(root)
     plan = plan_restore(store, target, namespace.keys())
-    loaded = restoring.load(store, plan.target, plan.sources)
-    restoring.apply(namespace, store, loaded, plan.remove + plan.deleted)
+    loaded = restoring.load(store, plan.target, plan.sources, plan.chain)
+    problems = restoring.apply(namespace, store, loaded, plan.remove + plan.deleted)
     values = loaded.values
     when = plan.target.created.replace("T", " ")[:19]
     removed = plan.remove + plan.deleted
@@ -262,6 +263,8 @@ def restore(
     )
     if removed:
         message += f"; removed {', '.join(removed)}"
+    if problems:
+        message += "; " + "; ".join(problems)
     engine = engine_for(store.root)
     if engine is not None:
         outcome = Outcome(

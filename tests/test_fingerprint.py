@@ -1026,7 +1026,8 @@ def test_string_columns_are_hashed_by_content_without_ambiguity() -> None:
 def test_string_columns_hash_the_same_however_they_are_cut(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import ipy_resume.fingerprint as fpmod
+    # the constant lives where pandas values are hashed since the module became a package
+    from ipy_resume.fingerprint import pandas_rules as fpmod
 
     labels = pd.Series([f"doc {i} " * (i % 5) for i in range(50)], dtype=object)
     whole = fingerprint(labels)

@@ -84,9 +84,7 @@ def test_a_bunch_restored_keeps_its_key_and_a_change_still_misses(tmp_path: Path
     run_process(tmp_path, [BUNCH, READ], {})
     again = run_process(tmp_path, [BUNCH, READ], {"n": "n_rows"})
     assert [("restored" in s) for s in _statuses(again)] == [True, True], _statuses(again)
-    changed = run_process(
-        tmp_path, [BUNCH, "iris['extra'] = 1", READ], {"n": "n_rows"}
-    )
+    changed = run_process(tmp_path, [BUNCH, "iris['extra'] = 1", READ], {"n": "n_rows"})
     assert "executed 'read'" in _statuses(changed)[2], _statuses(changed)
 
 
@@ -121,7 +119,9 @@ USE = "%%checkpoint use\ntotal = d.n + 1"
 
 def test_a_setstate_that_drops_an_attribute_still_hits_downstream(tmp_path: Path) -> None:
     run_process(tmp_path, [DROPPER, USE], {})
-    again = run_process(tmp_path, [DROPPER, USE], {"total": "total", "cache": "hasattr(d, '_cache')"})
+    again = run_process(
+        tmp_path, [DROPPER, USE], {"total": "total", "cache": "hasattr(d, '_cache')"}
+    )
     assert [("restored" in s) for s in _statuses(again)] == [True, True], _statuses(again)
     assert again["eval"] == {"total": "4", "cache": "False"}
     changed = run_process(tmp_path, [DROPPER, "d.n = 10", USE], {"total": "total"})

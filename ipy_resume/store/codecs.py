@@ -58,6 +58,8 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from ipy_resume import modrefs
+
 __all__ = [
     "ARRAY_BLOB_MIN",
     "DATA_ALIGNMENT",
@@ -487,13 +489,32 @@ class _GroupPickler(_Pickler):
         self._usable: dict[str, bool] = {}
 
     def reducer_override(self, obj: Any) -> Any:
-        if self.bases and type(obj) is np.ndarray and isinstance(obj.base, np.ndarray):
-            base = self.bases.get(data_pointer(array_root(obj)))
-            if base is not None and base is not obj:
-                args = _view_args(obj, base)
-                if args is not None:
-                    return (view_of, (base, *args, dtype_to_json(obj.dtype)))
+        if type(obj) is np.ndarray:
+            if self.bases and isinstance(obj.base, np.ndarray):
+                base = self.bases.get(data_pointer(array_root(obj)))
+                if base is not None and base is not obj:
+                    args = _view_args(obj, base)
+                    if args is not None:
+                        return (view_of, (base, *args, dtype_to_json(obj.dtype)))
+        else:
+            where = modrefs.lookup(obj)
+            if where is not None:  # a module's own object: restored by importing it
+                return (modrefs.import_attribute, where)
         return super().reducer_override(obj)
+
+
+class ModuleAttribute:
+    """Stands in a group for a value that is a module's attribute (see :mod:`ipy_resume.modrefs`).
+
+    Containers such as a module-level dict never reach ``reducer_override``, so the
+    store wraps them in this before pickling.
+    """
+
+    def __init__(self, module: str, attribute: str) -> None:
+        self.where = (module, attribute)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (modrefs.import_attribute, self.where)
 
 
 class _LinkingPickler(_GroupPickler):

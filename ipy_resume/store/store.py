@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ipy_resume import modrefs
 from ipy_resume.store import blobs, codecs, fsio, lock, manifest, retention, signing
 from ipy_resume.store.blobs import SHA256, XXH3, BlobStore
 from ipy_resume.store.fsio import (
@@ -519,7 +520,10 @@ class Store:
             )
             seen.add(id(value))
             plan = None if shared else codecs.plan_array(value)
-            if plan is None:
+            where = modrefs.lookup(value) if plan is None else None
+            if where is not None:
+                group[slot] = codecs.ModuleAttribute(*where)
+            elif plan is None:
                 group[slot] = value
             else:
                 writer.add_array(slot, plan)
@@ -766,7 +770,10 @@ class Store:
                 raise failures[address]
 
     def load_extras(
-        self, manifest: Manifest, cache: dict[Any, Any] | None = None
+        self,
+        manifest: Manifest,
+        cache: dict[Any, Any] | None = None,
+        names: Iterable[str] | None = None,
     ) -> dict[str, object]:
         """The extras of a verified checkpoint (verified like values).
 
@@ -774,7 +781,8 @@ class Store:
         blob shared between them is read and verified once.
         """
         cache = {} if cache is None else cache
-        return {n: self._decode(manifest, n, r, cache) for n, r in manifest.extras.items()}
+        wanted = manifest.extras if names is None else [n for n in names if n in manifest.extras]
+        return {n: self._decode(manifest, n, manifest.extras[n], cache) for n in wanted}
 
     def _blob(self, m: Manifest, ref: BlobRef, cache: dict[Any, Any]) -> np.ndarray:
         buf = cache.get(ref.blob)

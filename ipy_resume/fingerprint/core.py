@@ -1,0 +1,822 @@
+"""The traversal: :class:`Fingerprinter`, its memo, reference cycles, the budget and the rule table.
+
+A *rule* says how to fingerprint the instances of one exact type.  It is either an *atomic*
+function ``f(value) -> bytes`` for values that refer to no other object, or a pair
+``(handler, memo_kind)`` for composites, where ``handler(fingerprinter, value) -> bytes``
+returns a digest of the value's tag and contents and calls ``fingerprinter._digest(child)`` (or
+the public :meth:`Fingerprinter.digest`) for every object the value refers to.  A handler must
+be a pure function of the value and of the digests of its children: it may be called more than
+once for one object (see "Cycles" below), and must then return the same bytes for the same
+children's digests.
+
+Rules come from, in order: :func:`register` (user callbacks, nearest class in the MRO), the
+exact-type tables filled with :func:`add_exact`, then the *providers* added with
+:func:`add_provider`, asked in ascending ``order`` and only while the module they ``require`` is
+imported, so a rule for a library that is not loaded costs nothing.  The rule found for a type
+is cached.
+
+Cycles
+------
+Within one top-level :meth:`Fingerprinter.digest` call every composite object is digested once,
+whatever its number of paths from the top (a memo by identity), so the cost is linear in the
+size of the reachable graph.  The strongly connected components of the graph (the objects on a
+common reference cycle) are found on the way (Tarjan's algorithm).  An object on no cycle is
+digested from its contents and its children's digests, as before this design.  A component
+with a cycle is closed when its first object finishes: every member's handler is first run with
+a placeholder for the members it refers to, and then again, round by round, with the previous
+round's member digests in their place (colour refinement) until the members stop splitting
+into more classes.  The stable colours describe the component's quotient graph exactly, so a
+member's digest is that of the component's colour set plus its own colour.  It depends only on
+the component's structure and contents, not on the path, the entry point, iteration order or
+what was digested before, and two members (or two graphs) get equal digests exactly when their
+infinite unfoldings are equal.  Components that do not settle within ``_MAX_ROUNDS`` rounds
+fall back to numbering their members in discovery order: still exact, but then two copies of the
+same graph may differ if their unordered containers iterate differently.  Each round costs one
+more run of the members' handlers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import decimal
+import fractions
+import math
+import os
+import pathlib
+import struct
+import sys
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import xxhash
+
+Callback = Callable[["Fingerprinter", Any], "bytes | Iterable[bytes | memoryview]"]
+Atomic = Callable[[Any], bytes]
+Handler = Callable[["Fingerprinter", Any], bytes]
+Rule = Atomic | tuple[Handler, int]
+Provider = Callable[[type], "Rule | None"]
+
+_x = xxhash.xxh3_128_digest
+_u64 = struct.Struct("<Q").pack
+_f64 = struct.Struct("<d").pack
+_q3 = struct.Struct("<qqq").pack
+
+# Bodies above this size are fed to a streaming hasher instead of being concatenated: the
+# digest is the same, but a 1 GB bytes value does not cost another 1 GB.
+_STREAM_MIN = 1 << 20
+
+# Nesting depth costs two or three frames per level.  From Python 3.11 on, calls between
+# Python functions use no C stack, so the recursion limit can safely be raised while digesting.
+_RECURSION_LIMIT = 12_000 if sys.version_info >= (3, 11) else 0
+
+#: Memo kinds of a composite rule: digests cached for one top-level call, or for the
+#: fingerprinter's lifetime (functions, classes, modules: they do not change while a key is
+#: computed, and the same ones are reached from many inputs).  ``NO_MEMO`` is accepted for
+#: compatibility and treated as ``CALL_MEMO``: every composite is computed once per call.
+NO_MEMO, CALL_MEMO, LIFE_MEMO = 0, 1, 2
+_INF = sys.maxsize
+_MISSING = object()
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes created at run time, which may be collected
+
+# ---- budget --------------------------------------------------------------------------------
+
+BUDGET_ENV = "IPY_RESUME_FINGERPRINT_BUDGET"
+DEFAULT_MAX_OBJECTS = 5_000_000
+DEFAULT_MAX_SECONDS = 20.0
+# The clock is read once per this many composites: a read costs about as much as a digest.
+_CHECK_EVERY = 4096
+# Colour refinement rounds before a component falls back to discovery order.
+_MAX_ROUNDS = 8
+
+
+def read_budget(text: str | None) -> tuple[int, float]:
+    """``(max_objects, max_seconds)`` from ``OBJECTS`` or ``OBJECTS,SECONDS``; defaults otherwise.
+
+    Each part that is not a positive number is ignored, so a typo never disables the budget.
+
+    >>> read_budget("100000,2.5")
+    (100000, 2.5)
+    >>> read_budget("lots")
+    (5000000, 20.0)
+    """
+    objects, seconds = DEFAULT_MAX_OBJECTS, DEFAULT_MAX_SECONDS
+    if not text:
+        return objects, seconds
+    head, _, tail = text.partition(",")
+    with contextlib.suppress(ValueError):
+        n = int(head.strip())
+        if n > 0:
+            objects = n
+    with contextlib.suppress(ValueError):
+        s = float(tail.strip()) if tail.strip() else -1.0
+        if s > 0 and math.isfinite(s):
+            seconds = s
+    return objects, seconds
+
+
+class Unfingerprintable(Exception):
+    """A value that cannot be fingerprinted.
+
+    ``str(exc)`` is one line naming the type and the reason; ``exc.type_name`` is the type.
+
+    >>> try:
+    ...     fingerprint(x for x in ())
+    ... except Unfingerprintable as exc:
+    ...     exc.type_name
+    'generator'
+    """
+
+    type_name: str
+    reason: str
+
+    def __init__(self, type_name: str, reason: str) -> None:
+        self.type_name = type_name
+        self.reason = reason
+        super().__init__(f"cannot fingerprint a value of type {type_name!r}: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.type_name, self.reason))
+
+
+def digest_bytes(*parts: bytes | bytearray | memoryview) -> bytes:
+    """Return the 16-byte ``xxh3_128`` digest of length-prefixed *parts*.
+
+    Each part is preceded by its length, so ``(b"ab", b"c")`` and ``(b"a", b"bc")`` differ.
+    Large contiguous buffers are hashed in place, without a copy.
+
+    >>> digest_bytes(b"ab", b"c") != digest_bytes(b"a", b"bc")
+    True
+    >>> len(digest_bytes(b"key=", memoryview(b"value")))
+    16
+    """
+    buf = bytearray()
+    hasher = None
+    for part in parts:
+        if isinstance(part, memoryview):
+            if not part.c_contiguous:
+                part = part.tobytes()
+            size = part.nbytes if isinstance(part, memoryview) else len(part)
+        else:
+            size = len(part)
+        buf += _u64(size)
+        if size >= _STREAM_MIN:
+            if hasher is None:
+                hasher = xxhash.xxh3_128()
+            hasher.update(buf)
+            buf.clear()
+            hasher.update(part)
+        else:
+            buf += part
+    if hasher is None:
+        return _x(buf)
+    hasher.update(buf)
+    return hasher.digest()
+
+
+def _tagged(tag: bytes, body: bytes | bytearray) -> bytes:
+    """Digest of ``tag + body``; *tag* ends in a NUL byte."""
+    if len(body) < _STREAM_MIN:
+        return _x(tag + body)
+    hasher = xxhash.xxh3_128(tag)
+    hasher.update(body)
+    return hasher.digest()
+
+
+def _type_name(t: type) -> str:
+    module = getattr(t, "__module__", None)
+    qualname = getattr(t, "__qualname__", None) or getattr(t, "__name__", "?")
+    if module in (None, "builtins"):
+        return str(qualname)
+    return f"{module}.{qualname}"
+
+
+def _reason(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+# ---- atomic values: no references to other objects -------------------------------------------
+
+_NAN_BYTES = b"\x00\x00\x00\x00\x00\x00\xf8\x7f"
+
+
+def _f64_bytes(v: float) -> bytes:
+    return _NAN_BYTES if math.isnan(v) else _f64(v)
+
+
+def _a_int(v: int) -> bytes:
+    return _x(b"int\0" + int.to_bytes(v, (int.bit_length(v) + 8) >> 3, "little", signed=True))
+
+
+def _a_float(v: float) -> bytes:
+    return _x(b"float\0" + _f64_bytes(v))
+
+
+def _a_complex(v: complex) -> bytes:
+    return _x(b"complex\0" + _f64_bytes(v.real) + _f64_bytes(v.imag))
+
+
+def _a_str(v: str) -> bytes:
+    data = str.encode(v, "utf-8", "surrogatepass")
+    if len(data) < _STREAM_MIN:
+        return _x(b"str\0" + data)
+    return _tagged(b"str\0", data)
+
+
+def _a_bytes(v: bytes) -> bytes:
+    return _tagged(b"bytes\0", v)
+
+
+def _a_bytearray(v: bytearray) -> bytes:
+    return _tagged(b"bytearray\0", v)
+
+
+def _a_memoryview(v: memoryview) -> bytes:
+    head = digest_bytes(v.format.encode(), b"".join(_u64(n) for n in v.shape or ()))
+    hasher = xxhash.xxh3_128(b"memoryview\0" + head)
+    hasher.update(v if v.c_contiguous else v.tobytes())
+    return hasher.digest()
+
+
+def _a_range(v: range) -> bytes:
+    return _x(b"range\0" + _a_int(v.start) + _a_int(v.stop) + _a_int(v.step))
+
+
+def _a_decimal(v: decimal.Decimal) -> bytes:
+    return _x(b"decimal\0" + str(v).encode())
+
+
+def _a_fraction(v: fractions.Fraction) -> bytes:
+    return _x(b"fraction\0" + _a_int(v.numerator) + _a_int(v.denominator))
+
+
+def _a_date(v: datetime.date) -> bytes:
+    return _x(b"date\0" + v.isoformat().encode())
+
+
+def _a_timedelta(v: datetime.timedelta) -> bytes:
+    return _x(b"timedelta\0" + _q3(v.days, v.seconds, v.microseconds))
+
+
+def _a_uuid(v: uuid.UUID) -> bytes:
+    return _x(b"uuid\0" + v.bytes)
+
+
+def _a_path(v: pathlib.PurePath) -> bytes:
+    return digest_bytes(
+        b"path", type(v).__qualname__.encode(), str(v).encode("utf-8", "surrogatepass")
+    )
+
+
+def _constant(name: bytes) -> Atomic:
+    value = _x(b"const\0" + name)
+    return lambda _: value
+
+
+_NONE_DIGEST = _x(b"const\0None")
+_TRUE_DIGEST = _x(b"bool\0\x01")
+_FALSE_DIGEST = _x(b"bool\0\x00")
+_EMPTY_CELL = _x(b"const\0empty-cell")
+
+_EXACT_ATOMIC: dict[type, Atomic] = {
+    type(None): lambda _: _NONE_DIGEST,
+    bool: lambda v: _TRUE_DIGEST if v else _FALSE_DIGEST,
+    int: _a_int,
+    float: _a_float,
+    complex: _a_complex,
+    str: _a_str,
+    bytes: _a_bytes,
+    bytearray: _a_bytearray,
+    memoryview: _a_memoryview,
+    range: _a_range,
+    type(...): _constant(b"Ellipsis"),
+    type(NotImplemented): _constant(b"NotImplemented"),
+    decimal.Decimal: _a_decimal,
+    fractions.Fraction: _a_fraction,
+    datetime.date: _a_date,
+    datetime.timedelta: _a_timedelta,
+    uuid.UUID: _a_uuid,
+    pathlib.PurePosixPath: _a_path,
+    pathlib.PureWindowsPath: _a_path,
+    pathlib.PosixPath: _a_path,
+    pathlib.WindowsPath: _a_path,
+}
+
+
+# ---- aliases ---------------------------------------------------------------------------------
+
+# restored digest -> saved digest; read on every composite, written rarely (GIL-atomic dict ops)
+_ALIASES: dict[bytes, bytes] = {}
+
+
+def register_alias(restored: bytes, saved: bytes) -> None:
+    """From now on, a composite whose digest computes to *restored* gets *saved* instead.
+
+    For a value restored from a checkpoint whose pickle round trip is not exact: registering
+    the restored value's digest against the digest it had when it was saved keeps the cells
+    downstream of the restore hitting, at the top level and nested in other values.  A value
+    the user then changes computes to another digest and misses as usual.  The table is
+    process-wide; :func:`clear_aliases` empties it.
+
+    >>> value = {"rows": [1, 2, 3]}
+    >>> saved = fingerprint({"rows": [1, 2]})
+    >>> register_alias(fingerprint(value), saved)
+    >>> fingerprint(value) == saved
+    True
+    >>> clear_aliases()
+    """
+    if not (isinstance(restored, bytes) and isinstance(saved, bytes)):
+        raise TypeError("register_alias() needs two digests (bytes)")
+    if len(restored) != 16 or len(saved) != 16:
+        raise ValueError("register_alias() needs 16-byte digests")
+    if restored != saved:
+        _ALIASES[restored] = saved
+
+
+def clear_aliases() -> None:
+    """Forget every alias registered with :func:`register_alias`.
+
+    >>> clear_aliases()
+    """
+    _ALIASES.clear()
+
+
+# ---- the fingerprinter ------------------------------------------------------------------------
+
+# What a member of an unfinished component stands for in its referrers' first digests.
+_PENDING = _x(b"scc-pending\0")
+
+
+class Fingerprinter:
+    """Fingerprints several values, sharing work between them.
+
+    Functions, classes and modules are cached by ``id()`` for the fingerprinter's lifetime
+    (the cache keeps them alive), so use one instance per key computation, while the values
+    do not change.  Each top-level :meth:`digest` has a budget of *max_objects* composite
+    objects and *max_seconds* seconds (default: ``IPY_RESUME_FINGERPRINT_BUDGET`` as read when
+    the fingerprinter is created, else 5,000,000 and 20 s); past it, :class:`Unfingerprintable`
+    is raised.  Not thread-safe.
+
+    >>> fp = Fingerprinter()
+    >>> fp.digest({"a": 1}) == fp.digest({"a": 1}) == fingerprint({"a": 1})
+    True
+    >>> Fingerprinter(max_objects=10).digest([[i] for i in range(20)])
+    Traceback (most recent call last):
+    ...
+    Unfingerprintable: cannot fingerprint a value of type 'list': it is too large to ...
+    """
+
+    __slots__ = (
+        "_active",
+        "_call",
+        "_call_keep",
+        "_colors",
+        "_count",
+        "_deadline",
+        "_entries",
+        "_index",
+        "_life",
+        "_life_keep",
+        "_low",
+        "_max_objects",
+        "_max_seconds",
+        "_next_check",
+        "_objs",
+        "_refining",
+        "_sigmas",
+        "_top_name",
+    )
+
+    def __init__(self, *, max_objects: int | None = None, max_seconds: float | None = None) -> None:
+        objects, seconds = read_budget(os.environ.get(BUDGET_ENV))
+        self._max_objects = objects if max_objects is None else max_objects
+        self._max_seconds = seconds if max_seconds is None else max_seconds
+        # finished digests by id(); the keep lists hold the objects so an id is not reused
+        self._life: dict[int, bytes] = {}
+        self._life_keep: list[object] = []
+        self._call: dict[int, bytes] = {}
+        self._call_keep: list[object] = []
+        # Tarjan's stack: objects whose component is not finished, their rules, and their
+        # position in it by id
+        self._objs: list[object] = []
+        self._entries: list[tuple[Handler, int]] = []
+        self._index: dict[int, int] = {}
+        # first-pass digests of the members of unfinished components, by position
+        self._sigmas: dict[int, bytes] = {}
+        # lowest position a reference reached in the subtree being computed (Tarjan's lowlink)
+        self._low = _INF
+        # while a component is refined: id -> its members' current colours
+        self._colors: dict[int, bytes] | None = None
+        self._refining = 0
+        self._active = 0
+        self._count = 0
+        self._next_check = 0
+        self._deadline = 0.0
+        self._top_name = ""
+
+    def digest(self, value: object) -> bytes:
+        """Return the 16-byte fingerprint of *value*; raise :class:`Unfingerprintable`.
+
+        Callbacks passed to :func:`register` call this for the parts of their value.
+
+        >>> len(Fingerprinter().digest([1, "two", 3.0]))
+        16
+        """
+        top = not self._active
+        limit = sys.getrecursionlimit()
+        if top:
+            if limit < _RECURSION_LIMIT:
+                sys.setrecursionlimit(_RECURSION_LIMIT)
+            self._count = 0
+            self._next_check = min(_CHECK_EVERY, self._max_objects + 1)
+            self._deadline = time.monotonic() + self._max_seconds
+            self._top_name = _type_name(type(value))
+        self._active += 1
+        try:
+            return self._digest(value)
+        except Unfingerprintable:
+            raise
+        except RecursionError as exc:
+            raise Unfingerprintable(_type_name(type(value)), "it is nested too deeply") from exc
+        except Exception as exc:
+            raise Unfingerprintable(_type_name(type(value)), _reason(exc)) from exc
+        finally:
+            self._active -= 1
+            if top:
+                if sys.getrecursionlimit() != limit:
+                    sys.setrecursionlimit(limit)
+                self._call.clear()
+                self._call_keep.clear()
+                self._objs.clear()
+                self._entries.clear()
+                self._index.clear()
+                self._sigmas.clear()
+                self._low = _INF
+                self._colors = None
+                self._refining = 0
+
+    def _check_budget(self) -> None:
+        if self._count > self._max_objects:
+            self._next_check = self._count  # raise again if a callback swallows this
+            raise Unfingerprintable(
+                self._top_name,
+                f"it is too large to fingerprint (more than {self._max_objects:,} objects; "
+                f"{BUDGET_ENV} raises the limit)",
+            )
+        if time.monotonic() > self._deadline:
+            self._next_check = self._count
+            raise Unfingerprintable(
+                self._top_name,
+                f"it takes too long to fingerprint (more than {self._max_seconds:g} s; "
+                f"{BUDGET_ENV} raises the limit)",
+            )
+        self._next_check = min(self._count + _CHECK_EVERY, self._max_objects + 1)
+
+    def _digest(self, value: object) -> bytes:
+        # The hot path.  One frame per nesting level on this path (plus the handler's): deep
+        # structures must fit in the recursion limit.
+        t = type(value)
+        atomic = _ATOMIC.get(t)
+        if atomic is not None:
+            return atomic(value)
+        entry = _COMPOSITE.get(t)
+        if entry is None:
+            entry = _HEAP_DATA.get(_weakref(t)) if t.__flags__ & _HEAPTYPE else None
+            if entry is None:
+                resolved = _resolve(t)
+                if not isinstance(resolved, tuple):
+                    return resolved(value)
+                entry = resolved
+        vid = id(value)
+        life = entry[1] == LIFE_MEMO
+        hit = (self._life if life else self._call).get(vid)
+        if hit is not None:
+            return hit
+        index = self._index.get(vid)
+        if index is not None:
+            # On the path, or on a cycle through it: the component is not finished yet.
+            colors = self._colors
+            if colors is not None:
+                color = colors.get(vid)
+                if color is not None:
+                    return color
+            if index < self._low:
+                self._low = index
+            return _PENDING
+        self._count += 1
+        if self._count >= self._next_check:
+            self._check_budget()
+        objs = self._objs
+        my = len(objs)
+        self._index[vid] = my
+        objs.append(value)
+        self._entries.append(entry)
+        outer_low = self._low
+        self._low = my + 1
+        try:
+            result = entry[0](self, value)
+            low = self._low
+            if low < my:
+                # On a cycle through an ancestor, which will close the component.
+                self._sigmas[my] = result
+                self._low = low if low < outer_low else outer_low
+                return _PENDING
+            self._low = outer_low
+            if low == my:
+                self._sigmas[my] = result
+                result = self._close(my)
+            else:
+                # On no cycle: the digest is final.  Tarjan's stack ends with this object.
+                del self._index[vid]
+                objs.pop()
+                self._entries.pop()
+                if not self._refining:
+                    if _ALIASES:
+                        result = _ALIASES.get(result, result)
+                    if life:
+                        self._life[vid] = result
+                        self._life_keep.append(value)
+                    else:
+                        self._call[vid] = result
+                        self._call_keep.append(value)
+            return result
+        except BaseException as exc:
+            self._abandon(my, outer_low)
+            if isinstance(exc, Unfingerprintable) or not isinstance(exc, Exception):
+                raise
+            if isinstance(exc, RecursionError):
+                raise Unfingerprintable(_type_name(t), "it is nested too deeply") from exc
+            raise Unfingerprintable(_type_name(t), _reason(exc)) from exc
+
+    def _abandon(self, start: int, outer_low: int) -> None:
+        """Forget the unfinished objects from position *start* on, after an error."""
+        objs = self._objs
+        for pos in range(start, len(objs)):
+            if self._index.get(id(objs[pos])) == pos:
+                del self._index[id(objs[pos])]
+            self._sigmas.pop(pos, None)
+        del objs[start:]
+        del self._entries[start:]
+        self._low = outer_low
+
+    def _close(self, start: int) -> bytes:
+        """Finish the component whose first member sits at *start*; return that member's digest."""
+        members = self._objs[start:]
+        entries = self._entries[start:]
+        ids = [id(m) for m in members]
+        sigmas = self._sigmas
+        colors = [sigmas.pop(start + i) for i in range(len(members))]
+        outer = self._colors
+        table = {} if outer is None else outer
+        table.update(zip(ids, colors, strict=True))
+        self._colors = table
+        self._refining += 1
+        try:
+            classes = len(set(colors))
+            stable = False
+            for _ in range(_MAX_ROUNDS):
+                fresh = []
+                for member, entry, color in zip(members, entries, colors, strict=True):
+                    self._count += 1
+                    if self._count >= self._next_check:
+                        self._check_budget()
+                    fresh.append(_x(b"scc-round\0" + color + entry[0](self, member)))
+                table.update(zip(ids, fresh, strict=True))
+                colors = fresh
+                count = len(set(fresh))
+                if count == classes:
+                    stable = True
+                    break
+                classes = count
+            if stable:
+                # The colour set describes the quotient graph: which classes exist and, for
+                # each, its contents and its children's classes.
+                shape = _x(b"scc-classes\0" + b"".join(sorted(set(colors))))
+                finals = [_x(b"scc\0" + shape + color) for color in colors]
+            else:
+                finals = self._number_members(members, entries, ids, colors, table)
+        finally:
+            self._refining -= 1
+            for vid in ids:
+                del table[vid]
+                del self._index[vid]
+            self._colors = outer
+            del self._objs[start:]
+            del self._entries[start:]
+        if not self._refining:
+            life, life_keep, call, call_keep = (
+                self._life,
+                self._life_keep,
+                self._call,
+                self._call_keep,
+            )
+            for i, (member, entry) in enumerate(zip(members, entries, strict=True)):
+                digest = finals[i]
+                if _ALIASES:
+                    digest = finals[i] = _ALIASES.get(digest, digest)
+                if entry[1] == LIFE_MEMO:
+                    life[ids[i]] = digest
+                    life_keep.append(member)
+                else:
+                    call[ids[i]] = digest
+                    call_keep.append(member)
+        return finals[0]
+
+    def _number_members(
+        self,
+        members: list[object],
+        entries: list[tuple[Handler, int]],
+        ids: list[int],
+        colors: list[bytes],
+        table: dict[int, bytes],
+    ) -> list[bytes]:
+        """Digests of a component that did not settle: its members numbered one by one.
+
+        Exact (each member's contents with its references as member numbers), but the numbers
+        of members whose colours tie follow the order they were found in.
+        """
+        order = sorted(range(len(members)), key=lambda i: (colors[i], i))
+        rank = [0] * len(members)
+        for r, i in enumerate(order):
+            rank[i] = r
+            table[ids[i]] = _x(b"scc-member\0" + _u64(r))
+        bodies: list[bytes] = [b""] * len(members)
+        for i in order:
+            self._count += 1
+            if self._count >= self._next_check:
+                self._check_budget()
+            bodies[rank[i]] = entries[i][0](self, members[i])
+        shape = _x(b"scc-members\0" + b"".join(bodies))
+        return [_x(b"scc-numbered\0" + shape + _u64(rank[i])) for i in range(len(members))]
+
+    # Helpers for handlers.  They loop instead of using comprehensions, which are extra
+    # frames before Python 3.12.
+
+    def _ordered(self, items: Iterable[Any]) -> bytes:
+        """Digest of the digests of *items*, in order."""
+        dg = self._digest
+        buf = bytearray()
+        for item in items:
+            buf += dg(item)
+        return _x(buf)
+
+    def _unordered(self, items: Iterable[Any]) -> bytes:
+        """Digest of the sorted digests of *items*."""
+        dg = self._digest
+        digests = []
+        for item in items:
+            digests.append(dg(item))
+        digests.sort()
+        return _x(b"".join(digests))
+
+    def _pairs(self, items: Iterable[tuple[Any, Any]], *, ordered: bool = False) -> bytes:
+        """Digest of the (key, value) digest pairs of *items*, sorted unless *ordered*."""
+        dg = self._digest
+        pairs = []
+        for key, value in items:
+            pairs.append(dg(key) + dg(value))
+        if not ordered:
+            pairs.sort()
+        return _x(b"".join(pairs))
+
+
+# ---- registry and type resolution -------------------------------------------------------------
+
+_REGISTRY: dict[type, Callback] = {}
+# resolved rules, by exact type
+_ATOMIC: dict[type, Atomic] = {}
+_COMPOSITE: dict[type, tuple[Handler, int]] = {}
+_HEAP: weakref.WeakKeyDictionary[type, tuple[Handler, int]] = weakref.WeakKeyDictionary()
+# Its dict keyed by weak references: a lookup through it stays in C (WeakKeyDictionary.get is
+# Python code, a third of the time per object of a user class).
+_HEAP_DATA: dict[weakref.ref[type], tuple[Handler, int]] = _HEAP.data  # type: ignore[attr-defined]
+_weakref = weakref.ref
+# rule sources
+_EXACT: dict[type, Rule] = dict(_EXACT_ATOMIC)
+_PROVIDERS: list[tuple[int, str | None, Provider]] = []
+
+
+def register(type_: type, fn: Callback) -> None:
+    """Fingerprint instances of *type_* (and its subclasses) with *fn*.
+
+    ``fn(fingerprinter, value)`` returns ``bytes`` or an iterable of ``bytes``/``memoryview``
+    parts that identify the value; call ``fingerprinter.digest(part)`` for nested values.
+    The parts are framed by :func:`digest_bytes` together with the value's qualified type
+    name, so they only need to be unambiguous for that type.  The nearest registration along
+    the value's MRO wins and takes precedence over every built-in rule.  *fn* may be called
+    more than once for a value that sits on a reference cycle; it must return the same parts.
+
+    >>> class Celsius:
+    ...     def __init__(self, degrees):
+    ...         self.degrees = degrees
+    >>> register(Celsius, lambda fp, c: [fp.digest(round(c.degrees, 6))])
+    >>> fingerprint(Celsius(20.0000001)) == fingerprint(Celsius(20.0))
+    True
+    """
+    if not isinstance(type_, type):
+        raise TypeError(f"register() needs a type, not {type(type_).__name__}")
+    if not callable(fn):
+        raise TypeError("register() needs a callable")
+    _REGISTRY[type_] = fn
+    _clear_rule_caches()
+
+
+def add_exact(rules: dict[type, Rule]) -> None:
+    """Add rules for exact types (not their subclasses): built-in rule modules call this.
+
+    >>> add_exact({complex: _EXACT[complex]})
+    """
+    _EXACT.update(rules)
+    _clear_rule_caches()
+
+
+def add_provider(provider: Provider, *, order: int, requires: str | None = None) -> None:
+    """Ask ``provider(type)`` for a rule when no exact rule applies, by ascending *order*.
+
+    *requires* names a module: while it is not in ``sys.modules`` the provider is skipped, so
+    rules for a library cost nothing until it is imported (its types cannot exist before).
+
+    >>> add_provider(lambda t: None, order=999, requires="some_library_not_imported")
+    """
+    _PROVIDERS.append((order, requires, provider))
+    _PROVIDERS.sort(key=lambda p: p[0])
+    _clear_rule_caches()
+
+
+def _clear_rule_caches() -> None:
+    _ATOMIC.clear()
+    _COMPOSITE.clear()
+    _HEAP.clear()
+
+
+def _registered(fn: Callback) -> Handler:
+    def handler(fp: Fingerprinter, value: Any) -> bytes:
+        out = fn(fp, value)
+        parts: list[bytes | bytearray | memoryview]
+        if isinstance(out, (bytes, bytearray, memoryview)):
+            parts = [out]
+        else:
+            parts = list(out)
+            for part in parts:
+                if not isinstance(part, (bytes, bytearray, memoryview)):
+                    raise TypeError(
+                        f"registered fingerprint returned {type(part).__name__}, not bytes"
+                    )
+        return digest_bytes(b"registered", _type_name(type(value)).encode(), *parts)
+
+    return handler
+
+
+def _resolve(t: type) -> Rule:
+    """Find and cache the rule for exact type *t*."""
+    result = _find_rule(t)
+    if isinstance(result, tuple):
+        if t.__flags__ & _HEAPTYPE:
+            _HEAP[t] = result
+        else:
+            _COMPOSITE[t] = result
+    else:
+        _ATOMIC[t] = result
+    return result
+
+
+def _find_rule(t: type) -> Rule:
+    for klass in t.__mro__:
+        fn = _REGISTRY.get(klass)
+        if fn is not None:
+            return (_registered(fn), CALL_MEMO)
+    exact = _EXACT.get(t)
+    if exact is not None:
+        return exact
+    modules = sys.modules
+    for _, requires, provider in _PROVIDERS:
+        if requires is None or requires in modules:
+            rule = provider(t)
+            if rule is not None:
+                return rule
+    raise TypeError(f"no fingerprint rule for {_type_name(t)}")  # the fallback provider is last
+
+
+def fingerprint(value: object) -> bytes:
+    """Return the 16-byte fingerprint of *value*; raise :class:`Unfingerprintable`.
+
+    >>> fingerprint({"b": 2, "a": 1}) == fingerprint({"a": 1, "b": 2})
+    True
+    >>> fingerprint(1) == fingerprint(1.0)
+    False
+    """
+    return Fingerprinter().digest(value)
+
+
+def fingerprint_hex(value: object) -> str:
+    """Return :func:`fingerprint` of *value* as 32 hexadecimal digits.
+
+    >>> len(fingerprint_hex([1, 2, 3]))
+    32
+    """
+    return fingerprint(value).hex()

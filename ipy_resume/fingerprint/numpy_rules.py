@@ -1,0 +1,195 @@
+"""numpy: arrays by dtype, shape, order and raw buffer; scalars; random generators by state.
+
+Consulted only while numpy is imported.  Contiguous arrays are hashed in place, without a
+copy; other strided arrays in logical C order through bounded chunks (at most 16 MB at a
+time), so a strided view equals its contiguous copy.  An F-contiguous array is hashed in memory
+order with an ``F`` flag.  Object arrays recurse element by element.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import xxhash
+
+from .containers import _c_dict, _instance_state
+from .core import (
+    _NONE_DIGEST,
+    CALL_MEMO,
+    Fingerprinter,
+    Rule,
+    _u64,
+    _x,
+    add_provider,
+)
+from .reduce import _c_reduce
+
+# Strided arrays are copied to contiguous memory this many bytes at a time.
+_CHUNK_BYTES = 16 << 20
+
+# Kinds whose raw bytes are the value (no pointers): bool, ints, floats, complex, datetimes,
+# bytes, unicode and void/structured.
+_RAW_KINDS = frozenset("biufcmMSUV")
+
+
+def _dtype_token(dt: Any) -> bytes:
+    if dt.fields is None and dt.subdtype is None:
+        text = dt.str if dt.kind in _RAW_KINDS or dt.kind == "O" else f"{dt.str}|{dt!r}"
+    else:
+        text = f"{dt.str}|{dt.descr!r}|{dt.itemsize}|{dt.isalignedstruct}"
+    return text.encode()
+
+
+def _c_order_chunks(arr: Any) -> Iterator[Any]:
+    """Contiguous pieces of *arr* in logical C order, each at most about 16 MB."""
+    import numpy as np
+
+    if arr.flags.c_contiguous:
+        yield arr
+        return
+    row_bytes = arr.itemsize * math.prod(arr.shape[1:])
+    if arr.ndim == 1 or row_bytes <= _CHUNK_BYTES:
+        step = max(1, _CHUNK_BYTES // max(row_bytes, 1))
+        for start in range(0, arr.shape[0], step):
+            yield np.ascontiguousarray(arr[start : start + step])
+    else:
+        for i in range(arr.shape[0]):
+            yield from _c_order_chunks(arr[i])
+
+
+def _c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
+    import numpy as np
+
+    dt = arr.dtype
+    head = _x(_dtype_token(dt)) + _u64(arr.ndim) + b"".join(_u64(n) for n in arr.shape)
+    if dt.hasobject or dt.kind not in _RAW_KINDS:
+        return _x(b"ndarray-items\0" + head + fp._ordered(arr.flat))
+    chunks: Iterable[Any]
+    if arr.flags.c_contiguous:
+        order, chunks = b"C", (arr,)
+    elif arr.flags.f_contiguous:
+        # The transpose of an F-contiguous array is a C-contiguous view of the same memory.
+        order, chunks = b"F", (arr.T,)
+    else:
+        order, chunks = b"C", _c_order_chunks(arr)
+    hasher = xxhash.xxh3_128(b"ndarray\0" + head + order)
+    for chunk in chunks:
+        if chunk.nbytes:
+            hasher.update(chunk.reshape(-1).view(np.uint8))
+        del chunk
+    return hasher.digest()
+
+
+def _c_ndarray_subclass(fp: Fingerprinter, arr: Any) -> bytes:
+    import numpy as np
+
+    state = _instance_state(arr)
+    return _x(
+        b"ndarray-subclass\0"
+        + fp._digest(type(arr))
+        + _c_ndarray(fp, arr.view(np.ndarray))
+        + (_NONE_DIGEST if state is None else _c_dict(fp, state))
+    )
+
+
+def _c_masked_array(fp: Fingerprinter, arr: Any) -> bytes:
+    import numpy as np
+
+    ma = sys.modules["numpy.ma"]
+    return _x(
+        b"masked-array\0"
+        + fp._digest(type(arr))
+        + _c_ndarray(fp, arr.view(np.ndarray))
+        + fp._digest(ma.getmask(arr))
+        + fp._digest(arr.fill_value)
+        + fp._digest(bool(arr.hardmask))
+    )
+
+
+_SCALAR_TOKENS: dict[str, bytes] = {}
+
+
+def _a_numpy_scalar(v: Any) -> bytes:
+    dt = v.dtype
+    # for these kinds dtype.str is the whole token
+    token = _SCALAR_TOKENS.get(dt.str) if dt.kind in _RAW_KINDS else None
+    if token is None:
+        token = _x(_dtype_token(dt))
+        if dt.kind in _RAW_KINDS and dt.fields is None and dt.subdtype is None:
+            _SCALAR_TOKENS[dt.str] = token
+    return _x(b"npscalar\0" + token + v.tobytes())
+
+
+def _c_numpy_void(fp: Fingerprinter, v: Any) -> bytes:
+    token = _x(_dtype_token(v.dtype))
+    if v.dtype.hasobject:
+        return _x(b"npvoid-items\0" + token + fp._digest(v.item()))
+    return _x(b"npscalar\0" + token + v.tobytes())
+
+
+def _c_np_generator(fp: Fingerprinter, g: Any) -> bytes:
+    return _x(b"np.Generator\0" + fp._digest(type(g)) + fp._digest(g.bit_generator))
+
+
+def _c_np_bit_generator(fp: Fingerprinter, bg: Any) -> bytes:
+    seed_seq = getattr(bg, "seed_seq", getattr(bg, "_seed_seq", None))
+    return _x(
+        b"np.BitGenerator\0" + fp._digest(type(bg)) + fp._digest(bg.state) + fp._digest(seed_seq)
+    )
+
+
+def _c_np_random_state(fp: Fingerprinter, rs: Any) -> bytes:
+    return _x(b"np.RandomState\0" + fp._digest(type(rs)) + fp._digest(rs.get_state(legacy=False)))
+
+
+def _c_np_seed_sequence(fp: Fingerprinter, s: Any) -> bytes:
+    return _x(
+        b"np.SeedSequence\0"
+        + fp._digest(type(s))
+        + fp._digest(s.entropy)
+        + fp._digest(tuple(s.spawn_key))
+        + fp._digest(s.pool_size)
+        + fp._digest(s.n_children_spawned)
+    )
+
+
+def _numpy_rule(t: type) -> Rule | None:
+    np = sys.modules["numpy"]
+    # Only classes that exist: a module still being imported lacks some of them, and a value
+    # cannot be an instance of a class that does not exist yet.
+    ndarray = getattr(np, "ndarray", None)
+    if ndarray is not None and issubclass(t, ndarray):
+        if t is ndarray or issubclass(t, np.memmap):
+            return (_c_ndarray, CALL_MEMO)
+        ma = sys.modules.get("numpy.ma")
+        masked = getattr(ma, "masked", None)
+        if masked is not None and issubclass(t, type(masked)):
+            return (_c_reduce, CALL_MEMO)
+        masked_array = getattr(ma, "MaskedArray", None)
+        if masked_array is not None and issubclass(t, masked_array):
+            return (_c_masked_array, CALL_MEMO)
+        return (_c_ndarray_subclass, CALL_MEMO)
+    void = getattr(np, "void", None)
+    if void is not None and issubclass(t, void):
+        return (_c_numpy_void, CALL_MEMO)
+    generic = getattr(np, "generic", None)
+    if generic is not None and issubclass(t, generic):
+        return _a_numpy_scalar
+    random = sys.modules.get("numpy.random")
+    rules = [
+        ("Generator", _c_np_generator),
+        ("BitGenerator", _c_np_bit_generator),
+        ("RandomState", _c_np_random_state),
+        ("SeedSequence", _c_np_seed_sequence),
+    ]
+    for name, handler in rules:
+        base = getattr(random, name, None)
+        if isinstance(base, type) and issubclass(t, base):
+            return (handler, CALL_MEMO)
+    return None
+
+
+add_provider(_numpy_rule, order=20, requires="numpy")

@@ -1,0 +1,173 @@
+"""pandas: Series, DataFrames, Index and extension arrays, column by column.
+
+Consulted only while pandas is imported.  Labels, index and column values are hashed; string
+columns as one buffer of UTF-8 text plus a missing-value mask, numeric columns as buffers.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import xxhash
+
+from .core import CALL_MEMO, Fingerprinter, Handler, _a_int, _u64, _x, add_provider
+from .numpy_rules import _c_ndarray
+
+# Strings joined per piece: bounds the text copied at once for a column of long documents.
+_JOIN_CHUNK = 16_384
+
+
+def _joined_strings(items: list[Any]) -> bytes | None:
+    """Digest of a list of ``str`` in one pass over their UTF-8 bytes; None if not all are str.
+
+    The strings are joined with NUL; that is only unambiguous when no string holds a NUL, which
+    one count of the separators proves (else the caller falls back to hashing element by element).
+    The digest is that of the whole joined text, however it is cut into pieces.
+    """
+    hasher = xxhash.xxh3_128(b"strings.joined\0" + _u64(len(items)))
+    for start in range(0, len(items), _JOIN_CHUNK):
+        piece = items[start : start + _JOIN_CHUNK]
+        try:
+            joined = "\0".join(piece)
+        except TypeError:
+            return None
+        if joined.count("\0") != len(piece) - 1:
+            return None
+        if start:
+            hasher.update(b"\0")
+        hasher.update(joined.encode("utf-8", "surrogatepass"))
+    return hasher.digest()
+
+
+def _pd_object_values(fp: Fingerprinter, arr: Any) -> bytes:
+    """An object ndarray from pandas: all-string data is hashed as one buffer of UTF-8 bytes."""
+    import numpy as np
+
+    pd = sys.modules["pandas"]
+    if arr.ndim == 1:
+        joined = _joined_strings(arr.tolist())
+        if joined is not None:
+            return _x(b"pd.strings\0" + joined)
+        try:
+            mask = np.asarray(pd.isna(arr), dtype=bool)
+        except Exception:
+            mask = None
+        if mask is not None and mask.shape == arr.shape and mask.any():
+            # Where the values are is the mask; what they are (None, nan, NA, NaT: all "missing"
+            # to pandas) is their one type; the strings between them are joined as above.
+            kinds = set(map(type, arr[mask].tolist()))
+            joined = _joined_strings(arr[~mask].tolist()) if len(kinds) == 1 else None
+            if joined is not None:
+                kind = fp._digest(kinds.pop())
+                return _x(b"pd.strings.masked\0" + kind + _c_ndarray(fp, mask) + joined)
+    return _c_ndarray(fp, arr)
+
+
+def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
+    """The values of a Series, Index or column: an ndarray or an ExtensionArray."""
+    import numpy as np
+
+    pd = sys.modules["pandas"]
+    if isinstance(values, np.ndarray):
+        if values.dtype.hasobject:
+            return _pd_object_values(fp, values)
+        return _c_ndarray(fp, values)
+    numpy_backed = getattr(pd.arrays, "NumpyExtensionArray", None) or pd.arrays.PandasArray
+    if isinstance(values, numpy_backed):
+        return _pd_values(fp, values.to_numpy())
+    dtype = values.dtype
+    if isinstance(values, pd.Categorical):
+        return _x(
+            b"pd.Categorical\0"
+            + fp._digest(values.categories)
+            + (b"\1" if values.ordered else b"\0")
+            + _c_ndarray(fp, np.asarray(values.codes))
+        )
+    token = _x(str(dtype).encode("utf-8", "surrogatepass"))
+    asi8 = getattr(values, "asi8", None)
+    if isinstance(asi8, np.ndarray):
+        return _x(b"pd.datetimelike\0" + token + _c_ndarray(fp, asi8))
+    data, mask = getattr(values, "_data", None), getattr(values, "_mask", None)
+    if (
+        isinstance(data, np.ndarray)
+        and isinstance(mask, np.ndarray)
+        and mask.dtype == bool
+        and data.shape == mask.shape
+        and not data.dtype.hasobject
+    ):
+        if mask.any():
+            # what sits under the mask is arbitrary
+            data = np.where(mask, np.zeros((), dtype=data.dtype), data)
+        return _x(b"pd.masked\0" + token + _c_ndarray(fp, data) + _c_ndarray(fp, mask))
+    if isinstance(dtype, pd.StringDtype):
+        # The python-backed StringArray keeps its object ndarray; others convert (a copy).
+        raw = getattr(values, "_ndarray", None)
+        if not (isinstance(raw, np.ndarray) and raw.dtype.hasobject):
+            raw = values.to_numpy(dtype=object)
+        return _x(b"pd.string\0" + token + _pd_object_values(fp, raw))
+    return _x(b"pd.extension\0" + token + fp._ordered(values))
+
+
+def _c_pd_index(fp: Fingerprinter, idx: Any) -> bytes:
+    pd = sys.modules["pandas"]
+    kind = fp._digest(type(idx))
+    names = fp._digest(list(idx.names))
+    if isinstance(idx, pd.MultiIndex):
+        import numpy as np
+
+        levels = fp._ordered(idx.levels)
+        codes = b"".join(_c_ndarray(fp, np.asarray(c)) for c in idx.codes)
+        return _x(b"pd.MultiIndex\0" + kind + names + levels + codes)
+    if isinstance(idx, pd.RangeIndex):
+        bounds = _a_int(idx.start) + _a_int(idx.stop) + _a_int(idx.step)
+        return _x(b"pd.RangeIndex\0" + kind + names + bounds)
+    freq = fp._digest(getattr(idx, "freqstr", None))
+    return _x(b"pd.Index\0" + kind + names + freq + _pd_values(fp, idx.array))
+
+
+def _c_pd_series(fp: Fingerprinter, s: Any) -> bytes:
+    return _x(
+        b"pd.Series\0"
+        + fp._digest(type(s))
+        + fp._digest(s.name)
+        + fp._digest(s.index)
+        + fp._digest(s.attrs)
+        + _pd_values(fp, s.array)
+    )
+
+
+def _c_pd_frame(fp: Fingerprinter, df: Any) -> bytes:
+    parts = [
+        b"pd.DataFrame\0",
+        fp._digest(type(df)),
+        fp._digest(df.columns),
+        fp._digest(df.index),
+        fp._digest(df.attrs),
+    ]
+    columns = df.iloc
+    for i in range(df.shape[1]):
+        parts.append(_pd_values(fp, columns[:, i].array))
+    return _x(b"".join(parts))
+
+
+def _c_pd_array(fp: Fingerprinter, arr: Any) -> bytes:
+    return _x(b"pd.array\0" + fp._digest(type(arr)) + _pd_values(fp, arr))
+
+
+def _pandas_rule(t: type) -> tuple[Handler, int] | None:
+    pd = sys.modules["pandas"]
+    extensions = getattr(getattr(pd, "api", None), "extensions", None)
+    rules = [
+        (getattr(pd, "DataFrame", None), _c_pd_frame),
+        (getattr(pd, "Series", None), _c_pd_series),
+        (getattr(pd, "Index", None), _c_pd_index),
+        (getattr(extensions, "ExtensionArray", None), _c_pd_array),
+    ]
+    for base, handler in rules:
+        if isinstance(base, type) and issubclass(t, base):
+            return (handler, CALL_MEMO)
+    return None
+
+
+add_provider(_pandas_rule, order=30, requires="pandas")

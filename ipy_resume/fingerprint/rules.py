@@ -1,0 +1,485 @@
+"""Library objects without value semantics: explicit rules instead of ``__reduce_ex__``.
+
+Handles on something outside the value
+    Open files (``io`` streams other than ``BytesIO``/``StringIO``), sockets, sqlite3
+    connections and cursors, locks, conditions, semaphores, events, barriers and threads raise
+    :class:`Unfingerprintable` with a sentence saying what they are: their state lives in the
+    operating system, a database or another thread, so no digest of the Python object can say
+    whether a later cell would see the same thing.  A cell that reads one always executes.
+
+``itertools.count``
+    By its ``repr`` (start and step), which pickling will not offer from Python 3.14 on.
+
+matplotlib (consulted only while matplotlib is imported)
+    A figure, Axes, artist, transform, tick locator or formatter is its type plus its instance
+    ``__dict__`` minus the attributes in ``_MPL_SKIP``: what drawing the figure changes or
+    creates, and back-pointers to things that are not part of the value.  Everything else,
+    including the data of lines, patches and collections, limits, labels, titles, colours and
+    sizes, and the references between artists, Axes and figure, is digested, so the digest of
+    one artist covers the figure it is in.  Measured with the Agg backend, ``canvas.draw()``
+    changes or adds (and the digest therefore leaves out):
+
+    * every artist: ``_stale``, ``stale_callback`` (the parent's method), ``_remove_method``;
+      ``Text._renderer``;
+    * ``Line2D``: the cached ``_x``, ``_y``, ``_xy``, ``_path``, ``_transformed_path``,
+      ``_invalidx``, ``_invalidy``, ``_subslice``, ``_x_filled``, ``ind_offset`` (the data is
+      ``_xorig``/``_yorig``);
+    * axis ticks: ``Axis.majorTicks``/``minorTicks`` (made from the locator and formatter,
+      which are digested), ``XAxis._tick_position`` while it is the default;
+    * positions matplotlib lays out itself: a title's ``_y`` while the Axes places titles,
+      an axis label's ``_x``/``_y`` while the axis places it, the offset text's position and
+      text (derived from the formatter);
+    * the path of a straight spine (computed from the view limits);
+    * formatter state set from the ticks on each draw: ``locs``, ``_locs``, ``_format``,
+      ``format``, ``offset``, ``orderOfMagnitude``, ``_sublabels``;
+    * transforms and bounding boxes: ``_parents`` (keyed by ``id()`` of the parent, so
+      process-specific), ``_invalid``, ``_inverted``, ``_shorthand_name``, ``_affine``, and
+      the cached ``_mtx`` of every transform that is not an ``Affine2D`` (whose matrix is its
+      value), the cached points of ``TransformedBbox``/``LockableBbox`` and the cached paths
+      of ``TransformedPath``;
+    * collections: the colours, transforms and flags derived on each draw from the original
+      colours, sizes and data (``_facecolors``, ``_edgecolors``, ``_mapped_colors``,
+      ``_transforms``, ``_face_is_mapped``, ``_edge_is_mapped``); a colormap's lookup table
+      (``_lut``, ``_isinit``), filled on first use;
+    * ``CallbackRegistry`` objects (connected callbacks, counters) count as their type only;
+      a renderer too; a canvas as its type and its figure;
+    * ``Figure.canvas``, ``number`` (pyplot's counter, which grows each time a cell makes a
+      figure) and the ids of its pick callbacks; ``_dpi`` is read as ``_original_dpi`` when a
+      screen's pixel ratio changed it, as pickling does.
+
+    Pending autoscaling is applied first, as drawing or ``get_xlim()`` would
+    (``Axes._unstale_viewLim``, and ``autoscale_None`` for colour-mapped artists), so the
+    limits are the same before and after a draw; legends and annotations count without their
+    layout (positions, frame geometry, arrow end points, offset transforms).
+
+ipywidgets (while imported)
+    A widget is its type plus its synchronised traits (``value``, ``description``, layout and
+    style widgets, children...) except ``_view_count``; its comm, model id and callbacks are
+    not part of the value.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import sys
+import threading
+from typing import Any
+
+from .core import (
+    _ATOMIC,
+    CALL_MEMO,
+    Fingerprinter,
+    Handler,
+    Rule,
+    Unfingerprintable,
+    _type_name,
+    _x,
+    add_provider,
+)
+
+# ---- handles on something outside the value ------------------------------------------------
+
+
+def _refuse(what: str) -> Handler:
+    def handler(fp: Fingerprinter, value: Any) -> bytes:
+        raise Unfingerprintable(_type_name(type(value)), what)
+
+    return handler
+
+
+_FILE = _refuse(
+    "it is an open file, whose contents live on disk; read what the cell needs into a "
+    "variable, or leave the name out of the key with --ignore"
+)
+_SOCKET = _refuse("it is a network socket, a connection to another program, not a value")
+_DATABASE = _refuse(
+    "it is a database connection: the data lives in the database, not in the connection"
+)
+_LOCK = _refuse("it is a lock or another synchronisation primitive, which has no value")
+_THREAD = _refuse("it is a thread, a running computation rather than a value")
+
+
+def _a_count(v: itertools.count) -> bytes:
+    return _x(b"itertools.count\0" + repr(v).encode())
+
+
+def _lock_types() -> tuple[type, ...]:
+    found: list[type] = [type(threading.Lock()), type(threading.RLock())]
+    for name in ("Condition", "Semaphore", "BoundedSemaphore", "Event", "Barrier", "_RLock"):
+        cls = getattr(threading, name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
+
+
+_LOCKS = _lock_types()
+_IN_MEMORY_STREAMS = (io.BytesIO, io.StringIO)
+
+
+def _stdlib_rule(t: type) -> Rule | None:
+    if t is itertools.count:
+        return _a_count
+    if issubclass(t, io.IOBase) and not issubclass(t, _IN_MEMORY_STREAMS):
+        return (_FILE, CALL_MEMO)
+    if issubclass(t, _LOCKS):
+        return (_LOCK, CALL_MEMO)
+    if issubclass(t, threading.Thread):
+        return (_THREAD, CALL_MEMO)
+    socket = sys.modules.get("socket")
+    if socket is not None and issubclass(t, socket.socket):
+        return (_SOCKET, CALL_MEMO)
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None and issubclass(t, (sqlite3.Connection, sqlite3.Cursor)):
+        return (_DATABASE, CALL_MEMO)
+    return None
+
+
+# ---- matplotlib -------------------------------------------------------------------------------
+
+# Attributes left out, by the matplotlib class that has them (subclasses included); see the
+# module docstring for why each one goes.
+_MPL_SKIP: dict[str, frozenset[str]] = {
+    "artist.Artist": frozenset({"_stale", "stale_callback", "_remove_method", "_callbacks"}),
+    "text.Text": frozenset({"_renderer"}),
+    "lines.Line2D": frozenset(
+        {
+            "_x",
+            "_y",
+            "_xy",
+            "_path",
+            "_transformed_path",
+            "_invalidx",
+            "_invalidy",
+            "_subslice",
+            "_x_filled",
+            "ind_offset",
+        }
+    ),
+    "collections.Collection": frozenset(
+        {
+            "_facecolors",
+            "_edgecolors",
+            "_mapped_colors",
+            "_face_is_mapped",
+            "_edge_is_mapped",
+            "_transforms",
+        }
+    ),
+    "text.Annotation": frozenset({"_transform", "arrow_patch"}),
+    "colors.Colormap": frozenset({"_lut", "_isinit"}),
+    "axis.Axis": frozenset({"majorTicks", "minorTicks", "callbacks"}),
+    "axes._base._AxesBase": frozenset({"callbacks"}),
+    "figure.FigureBase": frozenset(
+        {"canvas", "number", "_button_pick_id", "_scroll_pick_id", "_canvas_callbacks"}
+    ),
+    "ticker.TickHelper": frozenset(
+        {"locs", "_locs", "_format", "format", "offset", "orderOfMagnitude", "_sublabels"}
+    ),
+    "transforms.TransformNode": frozenset(
+        {"_parents", "_invalid", "_inverted", "_shorthand_name", "_affine"}
+    ),
+    "transforms.TransformedBbox": frozenset({"_points"}),
+    "transforms.LockableBbox": frozenset({"_points"}),
+    "transforms.TransformedPath": frozenset({"_transformed_path", "_transformed_points"}),
+}
+# The same, resolved to classes once matplotlib is imported.
+_mpl_skip_by_class: list[tuple[type, frozenset[str]]] | None = None
+# Combined skip set per exact class, and classes whose _mtx is their value.
+_SKIP_CACHE: dict[type, frozenset[str]] = {}
+
+
+def _mpl_classes() -> list[tuple[type, frozenset[str]]]:
+    global _mpl_skip_by_class
+    if _mpl_skip_by_class is None:
+        import importlib
+
+        found = []
+        for path, names in _MPL_SKIP.items():
+            module, _, name = path.rpartition(".")
+            try:
+                cls = getattr(importlib.import_module(f"matplotlib.{module}"), name)
+            except (ImportError, AttributeError):
+                continue  # another matplotlib version: the rule does not apply
+            found.append((cls, names))
+        _mpl_skip_by_class = found
+    return _mpl_skip_by_class
+
+
+def _skip_for(t: type) -> frozenset[str]:
+    skip = _SKIP_CACHE.get(t)
+    if skip is None:
+        names: set[str] = set()
+        for cls, more in _mpl_classes():
+            if issubclass(t, cls):
+                names |= more
+        transforms = sys.modules["matplotlib.transforms"]
+        if issubclass(t, transforms.TransformNode) and not issubclass(t, transforms.Affine2D):
+            names.add("_mtx")  # a cache of the matrix its children define
+        skip = _SKIP_CACHE[t] = frozenset(names)
+    return skip
+
+
+# Digests of attribute names: the same few hundred names recur in every artist.
+_NAME_DIGESTS: dict[str, bytes] = {}
+_NAME_DIGESTS_MAX = 20_000
+
+
+def _state_digest(
+    fp: Fingerprinter, obj: Any, state: dict[str, Any], skip: frozenset[str]
+) -> bytes:
+    """Type plus the sorted (name, value) digests of *state* without *skip*."""
+    dg, atomic, names = fp._digest, _ATOMIC.get, _NAME_DIGESTS
+    pairs = []
+    for key, value in state.items():
+        if key in skip:
+            continue
+        name = names.get(key) if type(key) is str else None
+        if name is None:
+            name = dg(key)
+            if type(key) is str and len(names) < _NAME_DIGESTS_MAX:
+                names[key] = name
+        a = atomic(type(value))
+        pairs.append(name + (dg(value) if a is None else a(value)))
+    pairs.sort()
+    return _x(b"mpl\0" + dg(type(obj)) + b"".join(pairs))
+
+
+def _settle(axes: Any) -> None:
+    """Apply pending autoscaling, as drawing would: the limits then stay put."""
+    stale = axes.__dict__.get("_stale_viewlims")
+    if stale is None or True in stale.values():
+        unstale = getattr(axes, "_unstale_viewLim", None)
+        if unstale is not None:
+            unstale()
+
+
+def _c_mpl_object(fp: Fingerprinter, obj: Any) -> bytes:
+    return _state_digest(fp, obj, vars(obj), _skip_for(type(obj)))
+
+
+def _c_mpl_artist(fp: Fingerprinter, artist: Any) -> bytes:
+    axes = artist.__dict__.get("_axes")
+    if axes is not None:
+        _settle(axes)
+    if artist.__dict__.get("_A") is not None:
+        # A colour-mapped artist's norm takes its limits from the data on the first draw.
+        autoscale = getattr(artist, "autoscale_None", None)
+        if autoscale is not None:
+            autoscale()
+    return _state_digest(fp, artist, vars(artist), _skip_for(type(artist)))
+
+
+def _c_mpl_axes(fp: Fingerprinter, ax: Any) -> bytes:
+    # All of it: a stale shared sibling changes this Axes' limits too.
+    unstale = getattr(ax, "_unstale_viewLim", None)
+    if unstale is not None:
+        unstale()
+    state = dict(vars(ax))
+    # Sharing is kept in class-level groupers; pickling stores the siblings the same way.
+    shared = getattr(ax, "_shared_axes", {})
+    state["_shared_axes"] = {
+        name: shared[name].get_siblings(ax) for name in sorted(shared) if ax in shared[name]
+    }
+    twinned = getattr(ax, "_twinned_axes", None)
+    state["_twinned_axes"] = (
+        twinned.get_siblings(ax) if twinned is not None and ax in twinned else None
+    )
+    return _state_digest(fp, ax, state, _skip_for(type(ax)))
+
+
+def _c_mpl_figure(fp: Fingerprinter, fig: Any) -> bytes:
+    for ax in fig.__dict__.get("_localaxes", ()):
+        unstale = getattr(ax, "_unstale_viewLim", None)
+        if unstale is not None:
+            unstale()
+    state = vars(fig)
+    if "_original_dpi" in state:
+        state = dict(state)
+        state["_dpi"] = state.pop("_original_dpi")
+    return _state_digest(fp, fig, state, _skip_for(type(fig)))
+
+
+def _c_mpl_text(fp: Fingerprinter, text: Any) -> bytes:
+    skip = _skip_for(type(text))
+    ax = text.__dict__.get("_axes")
+    if ax is not None:
+        _settle(ax)
+        extra = _laid_out(ax, text)
+        if extra:
+            skip = skip | extra
+    return _state_digest(fp, text, vars(text), skip)
+
+
+_POSITION = frozenset({"_x", "_y"})
+_TITLE_Y = frozenset({"_y"})
+_OFFSET_TEXT = frozenset({"_x", "_y", "_text"})  # text and place come from the formatter
+
+
+def _laid_out(ax: Any, text: Any) -> frozenset[str]:
+    """Attributes of *text* that drawing sets, when *text* is one of the Axes' titles."""
+    d = ax.__dict__
+    if any(d.get(name) is text for name in ("title", "_left_title", "_right_title")):
+        # None or True: the Axes moves titles clear of the tick labels on each draw
+        return _TITLE_Y if d.get("_autotitlepos") is not False else frozenset()
+    return frozenset()
+
+
+# A legend lays out its entries (offset boxes, the frame, text positions and transforms) on each
+# draw: its entries count by their contents and style, without geometry.
+_LEGEND_LAYOUT = frozenset(
+    {"_legend_box", "_legend_handle_box", "_legend_title_box", "texts", "legend_handles"}
+)
+_LEGEND_TEXT_LAYOUT = frozenset({"_x", "_y", "_transform"})
+_LEGEND_FRAME_LAYOUT = frozenset({"_x", "_y", "_width", "_height", "_mutation_scale", "_transform"})
+
+
+def _c_mpl_legend(fp: Fingerprinter, legend: Any) -> bytes:
+    axes = legend.__dict__.get("_axes")
+    if axes is not None:
+        _settle(axes)
+    skip = _skip_for(type(legend)) | _LEGEND_LAYOUT
+    d = legend.__dict__
+    parts = bytearray(_state_digest(fp, legend, d, skip | {"legendPatch"}))
+    title_box = d.get("_legend_title_box")
+    title = getattr(title_box, "_text", None)
+    entries: list[tuple[Any, frozenset[str]]] = [
+        *((text, _LEGEND_TEXT_LAYOUT) for text in d.get("texts", ())),
+        *((handle, _LEGEND_TEXT_LAYOUT) for handle in d.get("legend_handles", ())),
+        (title, _LEGEND_TEXT_LAYOUT),
+        (d.get("legendPatch"), _LEGEND_FRAME_LAYOUT),
+    ]
+    for entry, layout in entries:
+        if entry is None or not hasattr(entry, "__dict__"):
+            parts += fp._digest(entry)
+        else:
+            parts += _state_digest(fp, entry, vars(entry), _skip_for(type(entry)) | layout)
+    return _x(b"mpl.legend\0" + parts)
+
+
+# Where an annotation's arrow starts, ends and which text box it avoids is laid out on draw.
+_ARROW_LAYOUT = frozenset({"_posA_posB", "patchA", "patchB"})
+
+
+def _c_mpl_annotation(fp: Fingerprinter, text: Any) -> bytes:
+    arrow = text.__dict__.get("arrow_patch")
+    if arrow is None:
+        arrow_digest = fp._digest(None)
+    else:
+        arrow_digest = _state_digest(fp, arrow, vars(arrow), _skip_for(type(arrow)) | _ARROW_LAYOUT)
+    return _x(b"mpl.annotation\0" + _c_mpl_text(fp, text) + arrow_digest)
+
+
+def _c_mpl_axis(fp: Fingerprinter, axis: Any) -> bytes:
+    d = axis.__dict__
+    axes = d.get("axes")
+    if axes is not None:
+        _settle(axes)
+    skip = _skip_for(type(axis)) | _AXIS_TEXTS
+    if d.get("_tick_position", "bottom") == "bottom" and type(axis).__name__ == "XAxis":
+        skip = skip | {"_tick_position"}  # drawing sets the default when it is missing
+    parts = bytearray(_state_digest(fp, axis, d, skip))
+    # The label and offset text have no Axes of their own: they are digested here, where it
+    # is known which of their attributes drawing sets.
+    label, offset = d.get("label"), d.get("offsetText")
+    label_layout = _POSITION if d.get("_autolabelpos", True) else frozenset()
+    for text, layout in ((label, label_layout), (offset, _OFFSET_TEXT)):
+        if text is None or not hasattr(text, "__dict__"):
+            parts += fp._digest(text)
+        else:
+            parts += _state_digest(fp, text, vars(text), _skip_for(type(text)) | layout)
+    return _x(b"mpl.axis\0" + parts)
+
+
+_AXIS_TEXTS = frozenset({"label", "offsetText"})
+
+
+def _c_mpl_spine(fp: Fingerprinter, spine: Any) -> bytes:
+    skip = _skip_for(type(spine))
+    if spine.__dict__.get("_patch_type") == "line":
+        skip = skip | {"_path"}  # recomputed from the view limits on each draw
+    axes = spine.__dict__.get("_axes")
+    if axes is not None:
+        _settle(axes)
+    return _state_digest(fp, spine, vars(spine), skip)
+
+
+def _c_mpl_container(fp: Fingerprinter, container: Any) -> bytes:
+    dg = fp._digest
+    items = bytearray()
+    for item in container:
+        items += dg(item)
+    return _x(b"mpl.container\0" + _x(items) + _c_mpl_object(fp, container))
+
+
+def _c_mpl_type_only(fp: Fingerprinter, obj: Any) -> bytes:
+    return _x(b"mpl.opaque\0" + fp._digest(type(obj)))
+
+
+def _c_mpl_canvas(fp: Fingerprinter, canvas: Any) -> bytes:
+    return _x(b"mpl.canvas\0" + fp._digest(type(canvas)) + fp._digest(canvas.figure))
+
+
+def _matplotlib_rule(t: type) -> Rule | None:
+    modules = sys.modules
+    # a user subclass of a matplotlib class is matplotlib's too (its instances' state)
+    if not any(k.__module__.startswith(("matplotlib", "mpl_toolkits")) for k in t.__mro__):
+        return None
+    artist = getattr(modules.get("matplotlib.artist"), "Artist", None)
+    if artist is not None and issubclass(t, artist):
+        rules: list[tuple[str, str, Handler]] = [
+            ("matplotlib.figure", "FigureBase", _c_mpl_figure),
+            ("matplotlib.axes._base", "_AxesBase", _c_mpl_axes),
+            ("matplotlib.axis", "Axis", _c_mpl_axis),
+            ("matplotlib.spines", "Spine", _c_mpl_spine),
+            ("matplotlib.text", "Annotation", _c_mpl_annotation),
+            ("matplotlib.text", "Text", _c_mpl_text),
+            ("matplotlib.legend", "Legend", _c_mpl_legend),
+        ]
+        for module, name, handler in rules:
+            cls = getattr(modules.get(module), name, None)
+            if isinstance(cls, type) and issubclass(t, cls):
+                return (handler, CALL_MEMO)
+        return (_c_mpl_artist, CALL_MEMO)
+    simple: list[tuple[str, str, Handler]] = [
+        ("matplotlib.transforms", "TransformNode", _c_mpl_object),
+        ("matplotlib.ticker", "TickHelper", _c_mpl_object),
+        ("matplotlib.colors", "Colormap", _c_mpl_object),
+        ("matplotlib.container", "Container", _c_mpl_container),
+        ("matplotlib.cbook", "CallbackRegistry", _c_mpl_type_only),
+        ("matplotlib.backend_bases", "RendererBase", _c_mpl_type_only),
+        ("matplotlib.backend_bases", "FigureCanvasBase", _c_mpl_canvas),
+    ]
+    for module, name, handler in simple:
+        cls = getattr(modules.get(module), name, None)
+        if isinstance(cls, type) and issubclass(t, cls):
+            return (handler, CALL_MEMO)
+    return None
+
+
+# ---- ipywidgets -------------------------------------------------------------------------------
+
+_WIDGET_SKIP = frozenset({"_view_count"})
+
+
+def _c_widget(fp: Fingerprinter, widget: Any) -> bytes:
+    dg = fp._digest
+    pairs = []
+    for name in widget.keys:
+        if name not in _WIDGET_SKIP:
+            pairs.append(dg(name) + dg(getattr(widget, name)))
+    pairs.sort()
+    return _x(b"ipywidget\0" + dg(type(widget)) + b"".join(pairs))
+
+
+def _ipywidgets_rule(t: type) -> Rule | None:
+    widget = getattr(sys.modules.get("ipywidgets"), "Widget", None)
+    if isinstance(widget, type) and issubclass(t, widget):
+        return (_c_widget, CALL_MEMO)
+    return None
+
+
+# Before the rule for subclasses of built-in types: a matplotlib Container is a tuple.
+add_provider(_stdlib_rule, order=40)
+add_provider(_matplotlib_rule, order=41, requires="matplotlib")
+add_provider(_ipywidgets_rule, order=42, requires="ipywidgets")

@@ -1,0 +1,96 @@
+"""Which objects are, by identity, attributes of imported modules.
+
+``from scipy.stats import norm`` binds the module's own object.  Pickled by value it
+would come back as a copy (``norm is scipy.stats.norm`` false after a restore), and
+fingerprinted by value its key follows internal state that the library changes as it
+is used.  Such objects are therefore stored as "module M, attribute A" (restored by
+importing) and keyed by that reference plus the version of M's package.
+
+The index covers the attributes of every module in ``sys.modules`` except
+``__main__`` (the notebook's own names), and leaves out values whose identity means
+nothing (numbers, strings, tuples...), modules, functions and classes (pickle and the
+fingerprints already take those by reference).  It is rebuilt when modules have been
+imported since, and a hit is checked against the module again, so a stale entry can
+only cost a by-value copy, never a wrong object.
+
+Limit: an object of a module that the notebook changes (sets an attribute on) is
+restored as that module has it after import; keep such changes in names of your own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any
+
+__all__ = ["import_attribute", "lookup"]
+
+_VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple, frozenset)
+_SKIP_TYPES = (
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    type,
+)
+
+_index: dict[int, tuple[str, str]] = {}
+_indexed_modules = -1
+
+
+def _rebuild() -> None:
+    global _indexed_modules
+    _index.clear()
+    for name, module in list(sys.modules.items()):
+        if name == "__main__" or not isinstance(module, types.ModuleType):
+            continue
+        try:
+            attrs = list(vars(module).items())
+        except TypeError:
+            continue
+        for attr, obj in attrs:
+            if attr.startswith("__") or isinstance(obj, _VALUE_TYPES + _SKIP_TYPES):
+                continue
+            known = _index.get(id(obj))
+            # Prefer the shortest (most public) path: scipy.stats.norm over its private home.
+            if known is None or len(name) < len(known[0]):
+                _index[id(obj)] = (name, attr)
+    _indexed_modules = len(sys.modules)
+
+
+def lookup(obj: object) -> tuple[str, str] | None:
+    """``(module, attribute)`` when *obj* is that module's attribute, else None.
+
+    >>> import logging
+    >>> lookup(logging.root)
+    ('logging', 'root')
+    >>> lookup([1, 2]) is None
+    True
+    """
+    if isinstance(obj, _VALUE_TYPES + _SKIP_TYPES) or type(obj).__module__ == "__main__":
+        return None  # values without identity, or the notebook's own objects
+    if _indexed_modules != len(sys.modules):
+        _rebuild()
+    found = _index.get(id(obj))
+    if found is None:
+        return None
+    module = sys.modules.get(found[0])
+    if module is None or getattr(module, found[1], None) is not obj:
+        _rebuild()  # the module rebound the name since: look again once
+        found = _index.get(id(obj))
+        if found is None:
+            return None
+        module = sys.modules.get(found[0])
+        if module is None or getattr(module, found[1], None) is not obj:
+            return None
+    return found
+
+
+def import_attribute(module: str, attribute: str) -> Any:
+    """The object a stored module reference names (used when unpickling a verified stream).
+
+    >>> import_attribute("logging", "root").name
+    'root'
+    """
+    return getattr(importlib.import_module(module), attribute)

@@ -1,0 +1,349 @@
+"""Process-wide settings a cell changes, recorded with its checkpoint and re-applied.
+
+A cell such as ``sns.set_theme(); pd.set_option("display.max_rows", 7)`` binds no name
+worth storing, yet every later cell depends on what it did.  When such a cell is
+restored instead of executed, nothing would redo it; so a checkpoint records the
+*changes* the cell made to a documented set of settings, and a hit (or ``%resume`` /
+``restore``, in cell order) applies them again.
+
+Each kind of setting is one :class:`Setting` in a small registry, in the same spirit
+as the fingerprint handlers: ``snapshot()`` is cheap and returns plain data,
+``changes(before, after)`` says what differs, and ``apply(changes)`` redoes it.
+A setting whose library is not imported costs nothing.  Built in:
+
+* ``matplotlib.rcParams`` (styles and seaborn themes are rcParams changes);
+* pandas options;
+* numpy print options;
+* warnings filters;
+* ``sys.path``, ``os.environ`` and the working directory.
+
+The IPython adapter adds the matplotlib backend (``%matplotlib``) and ``%config``
+changes.  :func:`register` adds others, e.g. ``torch.set_default_dtype``.
+
+A setting that cannot be recorded (a value that does not pickle) is left out of the
+checkpoint and named; a change that cannot be applied is reported and the rest still
+are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Setting",
+    "apply",
+    "changes",
+    "dict_diff",
+    "draws",
+    "merge",
+    "rcparams_digest",
+    "register",
+    "registry",
+    "snapshot",
+]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One kind of process-wide setting.
+
+    ``snapshot`` returns the current state (plain, picklable data) or None when the
+    library is not in use; ``diff(before, after)`` returns the changes, or None when
+    there are none; ``apply(changes)`` makes them again.
+
+    >>> s = Setting("demo", lambda: {"x": 1}, lambda b, a: None, lambda c: None)
+    >>> s.name
+    'demo'
+    """
+
+    name: str
+    snapshot: Callable[[], Any]
+    diff: Callable[[Any, Any], Any]
+    apply: Callable[[Any], None]
+
+
+_REGISTRY: dict[str, Setting] = {}
+
+
+def register(setting: Setting) -> None:
+    """Add (or replace, by name) one kind of setting.
+
+    >>> register(Setting("demo", lambda: None, lambda b, a: None, lambda c: None))
+    >>> "demo" in registry()
+    True
+    """
+    _REGISTRY[setting.name] = setting
+
+
+def registry() -> dict[str, Setting]:
+    """The registered settings by name."""
+    return dict(_REGISTRY)
+
+
+def snapshot() -> dict[str, Any]:
+    """The state of every registered setting now (those in use).
+
+    >>> "cwd" in snapshot()
+    True
+    """
+    out: dict[str, Any] = {}
+    for name, setting in _REGISTRY.items():
+        with contextlib.suppress(Exception):  # a broken library must not fail the cell
+            state = setting.snapshot()
+            if state is not None:
+                out[name] = state
+    return out
+
+
+def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """What changed between two snapshots, by setting name.
+
+    >>> b = snapshot(); os.environ["DOCTEST_FLAG"] = "1"; c = changes(b, snapshot())
+    >>> c["environ"]["set"]["DOCTEST_FLAG"]
+    '1'
+    >>> del os.environ["DOCTEST_FLAG"]
+    """
+    out: dict[str, Any] = {}
+    for name, state in after.items():
+        setting = _REGISTRY.get(name)
+        if setting is None:
+            continue
+        with contextlib.suppress(Exception):
+            diff = setting.diff(before.get(name), state)
+            if diff is not None:
+                out[name] = diff
+    return out
+
+
+def apply(recorded: Mapping[str, Any]) -> list[str]:
+    """Re-apply recorded changes; returns one line per change that could not be applied."""
+    problems: list[str] = []
+    for name, diff in recorded.items():
+        setting = _REGISTRY.get(name)
+        if setting is None:
+            problems.append(f"setting '{name}' is unknown to this ipy_resume")
+            continue
+        try:
+            setting.apply(diff)
+        except Exception as exc:
+            problems.append(f"could not re-apply {name} ({type(exc).__name__}: {exc})")
+    return problems
+
+
+def merge(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+    """Recorded changes of two cells as one, *later* winning (for a restore of a lineage).
+
+    >>> merge({"cwd": "/a"}, {"cwd": "/b"})
+    {'cwd': '/b'}
+    """
+    out = dict(earlier)
+    for name, diff in later.items():
+        before = out.get(name)
+        if isinstance(before, dict) and isinstance(diff, dict) and "set" in diff:
+            both_set = {**before.get("set", {}), **diff.get("set", {})}
+            unset = [k for k in before.get("unset", []) if k not in diff.get("set", {})]
+            unset += [k for k in diff.get("unset", []) if k not in unset]
+            both_set = {k: v for k, v in both_set.items() if k not in diff.get("unset", [])}
+            out[name] = {"set": both_set, "unset": unset}
+        elif isinstance(before, dict) and isinstance(diff, dict) and "added" in diff:
+            gone, new = diff.get("removed", []), [item for _, item in diff.get("added", [])]
+            out[name] = {
+                "added": [
+                    *(a for a in before.get("added", []) if a[1] not in gone),
+                    *diff.get("added", []),
+                ],
+                "removed": [
+                    *(r for r in before.get("removed", []) if r not in new),
+                    *gone,
+                ],
+            }
+        else:
+            out[name] = diff
+    return out
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def dict_diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Keys set (new or changed value) and keys removed."""
+    before = before or {}
+    changed = {k: v for k, v in after.items() if k not in before or not _same(before[k], v)}
+    removed = [k for k in before if k not in after]
+    if not changed and not removed:
+        return None
+    return {"set": changed, "unset": removed}
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # arrays and other values whose == is not a bool
+        return a is b
+
+
+def _list_diff(before: list[Any] | None, after: list[Any]) -> dict[str, Any] | None:
+    """Entries added (with their position) and removed: the rest of the list (paths of
+    this machine, filters the kernel installed) is not the cell's doing and stays as is."""
+    before = before or []
+    if before == after:
+        return None
+    added = [(i, item) for i, item in enumerate(after) if item not in before]
+    removed = [item for item in before if item not in after]
+    return {"added": added, "removed": removed}
+
+
+def _list_apply(target: list[Any], diff: Mapping[str, Any]) -> None:
+    for item in diff.get("removed", []):
+        while item in target:
+            target.remove(item)
+    for index, item in diff.get("added", []):
+        if item not in target:
+            target.insert(min(index, len(target)), item)
+
+
+# ---- matplotlib ------------------------------------------------------------------------------
+
+
+def _mpl_snapshot() -> dict[str, Any] | None:
+    mpl = sys.modules.get("matplotlib")
+    if mpl is None:
+        return None
+    # dict.copy skips RcParams' validation: a plain copy, cheap enough for every cell.
+    return {k: v for k, v in dict.items(mpl.rcParams) if k != "backend"}
+
+
+def _mpl_apply(diff: Mapping[str, Any]) -> None:
+    import matplotlib
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated keys recorded by an older matplotlib
+        matplotlib.rcParams.update(diff.get("set", {}))
+
+
+def rcparams_digest() -> str | None:
+    """A stable text form of matplotlib's rcParams (None when matplotlib is not imported).
+
+    Part of the key of cells that draw: the same code draws another picture under
+    another style.
+
+    >>> rcparams_digest() is None or len(rcparams_digest()) == 32
+    True
+    """
+    state = _mpl_snapshot()
+    if state is None:
+        return None
+    import xxhash
+
+    text = "\n".join(f"{k}={state[k]!r}" for k in sorted(state))
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "backslashreplace"))
+
+
+_DRAWING_WORDS = ("plt.", "sns.", ".plot(", ".plot.", ".hist(", ".imshow(", ".scatter(", "savefig")
+_DRAWING_MODULES = ("matplotlib", "seaborn", "mpl_toolkits")
+
+
+def draws(source: str, inputs: Iterable[Any]) -> bool:
+    """Whether a cell may draw with matplotlib: its rcParams then join the cell's key.
+
+    True when matplotlib is imported and the cell reads a matplotlib or seaborn module or
+    object, or its source has a drawing call (``plt.``, ``sns.``, ``.plot(``, ``.hist(``...).
+
+    >>> import matplotlib; draws("ax.plot(x)", [])
+    True
+    """
+    if "matplotlib" not in sys.modules:
+        return False
+    if any(word in source for word in _DRAWING_WORDS):
+        return True
+    for value in inputs:
+        module = getattr(value, "__name__", "") if isinstance(value, type(sys)) else ""
+        module = module or getattr(type(value), "__module__", "") or ""
+        if module.split(".")[0] in _DRAWING_MODULES:
+            return True
+    return False
+
+
+# ---- pandas ----------------------------------------------------------------------------------
+
+
+def _pd_snapshot() -> dict[str, Any] | None:
+    pd = sys.modules.get("pandas")
+    if pd is None:
+        return None
+    out: dict[str, Any] = {}
+    for key in pd._config.config._registered_options:
+        with contextlib.suppress(Exception):
+            out[key] = pd.get_option(key)
+    return out
+
+
+def _pd_apply(diff: Mapping[str, Any]) -> None:
+    import pandas as pd
+
+    for key, value in diff.get("set", {}).items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pd.set_option(key, value)
+
+
+# ---- numpy print options ---------------------------------------------------------------------
+
+
+def _np_snapshot() -> dict[str, Any] | None:
+    np = sys.modules.get("numpy")
+    return None if np is None else dict(np.get_printoptions())
+
+
+def _np_apply(diff: Mapping[str, Any]) -> None:
+    import numpy as np
+
+    options = dict(diff.get("set", {}))
+    if options.get("legacy") is False:  # get_printoptions reports False, set wants 'False'-less
+        options.pop("legacy")
+    np.set_printoptions(**options)
+
+
+# ---- warnings --------------------------------------------------------------------------------
+
+
+def _warnings_snapshot() -> list[Any]:
+    return list(warnings.filters)
+
+
+def _warnings_apply(diff: Mapping[str, Any]) -> None:
+    _list_apply(warnings.filters, diff)  # type: ignore[arg-type]
+    warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
+# ---- sys.path, environment, working directory ------------------------------------------------
+
+
+def _path_apply(diff: Mapping[str, Any]) -> None:
+    _list_apply(sys.path, diff)
+
+
+def _environ_apply(diff: Mapping[str, Any]) -> None:
+    for key, value in diff.get("set", {}).items():
+        os.environ[key] = value
+    for key in diff.get("unset", []):
+        os.environ.pop(key, None)
+
+
+def _cwd_diff(before: str | None, after: str) -> str | None:
+    return None if before == after else after
+
+
+register(Setting("matplotlib.rcParams", _mpl_snapshot, dict_diff, _mpl_apply))
+register(Setting("pandas.options", _pd_snapshot, dict_diff, _pd_apply))
+register(Setting("numpy.printoptions", _np_snapshot, dict_diff, _np_apply))
+register(Setting("warnings.filters", _warnings_snapshot, _list_diff, _warnings_apply))
+register(Setting("sys.path", lambda: list(sys.path), _list_diff, _path_apply))
+register(Setting("environ", lambda: dict(os.environ), dict_diff, _environ_apply))
+register(Setting("cwd", os.getcwd, _cwd_diff, os.chdir))

@@ -1,0 +1,74 @@
+"""Module objects come back as the module's own objects; state a called function changes is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cross_process import run_process
+
+from ipy_resume import modrefs
+from ipy_resume.fingerprint import fingerprint
+
+HELPER = """
+class Config:
+    def __init__(self):
+        self.lr = 0.1
+
+CONFIG = Config()
+"""
+IMPORTS = """%%checkpoint imports
+import sys, logging
+sys.path.insert(0, ".")
+from scipy.stats import norm
+from helpermod import CONFIG
+log = logging.getLogger("corpus.logger")
+"""
+FIT = "%%checkpoint fit\nimport numpy as np\nmu, sigma = norm.fit(np.arange(20.0))"
+READ = "%%checkpoint read\nq = float(norm.ppf(0.9, mu, sigma)) + CONFIG.lr"
+CHECKS = {
+    "norm": "norm is sys.modules['scipy.stats'].norm",
+    "config": "CONFIG is sys.modules['helpermod'].CONFIG",
+    "log": "log is logging.getLogger('corpus.logger')",
+    "q": "q",
+}
+
+
+def test_module_objects_are_the_modules_own_after_a_restore(tmp_path: Path) -> None:
+    pytest.importorskip("scipy")
+    (tmp_path / "helpermod.py").write_text(HELPER)
+    first = run_process(tmp_path, [IMPORTS, FIT, READ], CHECKS)
+    second = run_process(tmp_path, [IMPORTS, FIT, READ], CHECKS)
+    statuses = [c["stderr"] for c in second["cells"]]
+    assert all("restored" in s for s in statuses), statuses
+    assert second["eval"] == first["eval"]
+    assert second["eval"]["norm"] == second["eval"]["config"] == second["eval"]["log"] == "True"
+
+
+def test_module_objects_are_keyed_by_reference() -> None:
+    scipy_stats = pytest.importorskip("scipy.stats")
+    import numpy as np
+
+    assert modrefs.lookup(scipy_stats.norm) == ("scipy.stats", "norm")
+    before = fingerprint(scipy_stats.norm)
+    scipy_stats.norm.rvs(size=3, random_state=np.random.default_rng(0))  # touches caches
+    assert fingerprint(scipy_stats.norm) == before
+    assert modrefs.lookup(3) is None and modrefs.lookup("norm") is None
+
+
+MODEL = """%%checkpoint model
+import numpy as np
+rng = np.random.RandomState(42)
+def model(x):
+    return x + rng.randn(len(x))
+"""
+PREDICT = "%%checkpoint predict\nxfit = np.linspace(0, 1, 5)\nyfit = model(xfit)"
+NEXT = "after = rng.randn(3).tolist()"
+
+
+def test_a_generator_advanced_inside_a_function_is_restored(tmp_path: Path) -> None:
+    first = run_process(tmp_path, [MODEL, PREDICT, NEXT], {"after": "after", "y": "yfit.tolist()"})
+    second = run_process(tmp_path, [MODEL, PREDICT, NEXT], {"after": "after", "y": "yfit.tolist()"})
+    statuses = [c["stderr"] for c in second["cells"][:2]]
+    assert all("restored" in s for s in statuses), statuses
+    assert second["eval"] == first["eval"]

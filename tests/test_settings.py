@@ -1,0 +1,102 @@
+"""Library settings a restored cell made are re-applied (cross-process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cross_process import run_process
+
+from ipy_resume import settings
+
+SETUP = """%%checkpoint setup
+import os, warnings
+import numpy as np, pandas as pd
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import seaborn as sns
+sns.set_theme(style="whitegrid")
+plt.rcParams["figure.dpi"] = 50
+pd.set_option("display.max_rows", 7)
+np.set_printoptions(precision=3)
+warnings.simplefilter("ignore", FutureWarning)
+os.environ["MY_FLAG"] = "1"
+"""
+PLOT = """import io, hashlib
+fig, ax = plt.subplots(figsize=(3, 2))
+ax.plot([1, 3, 2]); ax.set_title("t")
+buf = io.BytesIO(); fig.savefig(buf, format="png")
+png = hashlib.sha256(buf.getvalue()).hexdigest()
+"""
+CHECKS = {
+    "png": "png",
+    "dpi": "plt.rcParams['figure.dpi']",
+    "grid": "plt.rcParams['axes.grid']",
+    "rows": "pd.get_option('display.max_rows')",
+    "precision": "np.get_printoptions()['precision']",
+    "ignored": "any(f[0] == 'ignore' and f[2] is FutureWarning for f in warnings.filters)",
+    "flag": "os.environ.get('MY_FLAG')",
+}
+
+
+def test_settings_of_a_restored_cell_are_re_applied(tmp_path: Path) -> None:
+    pytest.importorskip("seaborn")
+    first = run_process(tmp_path, [SETUP, PLOT], CHECKS)
+    assert first["cells"][1]["error"] is None, first["cells"][1]
+    second = run_process(tmp_path, [SETUP, PLOT], CHECKS)
+    assert "restored 'setup'" in second["cells"][0]["stderr"], second["cells"][0]
+    assert second["eval"] == first["eval"]
+    assert first["eval"]["rows"] == "7" and first["eval"]["flag"] == "'1'"
+
+
+DRAW = """%%checkpoint draw
+import io, hashlib
+fig2, ax2 = plt.subplots(figsize=(3, 2)); ax2.plot([1, 2])
+buf2 = io.BytesIO(); fig2.savefig(buf2, format="png"); png2 = hashlib.sha256(buf2.getvalue()).hexdigest()
+"""
+
+
+def test_a_drawing_cell_misses_when_the_style_changes(tmp_path: Path) -> None:
+    pytest.importorskip("seaborn")
+    run_process(tmp_path, [SETUP, DRAW], {})
+    same = run_process(tmp_path, [SETUP, DRAW], {})
+    assert "restored 'draw'" in same["cells"][1]["stderr"]
+    restyled = run_process(
+        tmp_path,
+        [
+            SETUP,
+            "plt.rcParams['lines.linewidth'] = 4",
+            DRAW.replace("draw\n", "draw --explain\n", 1),
+        ],
+        {},
+    )
+    err = restyled["cells"][2]["stderr"]
+    assert "executed 'draw'" in err and "matplotlib's settings changed" in err, err
+
+
+def test_changes_and_merge_in_process() -> None:
+    import os
+    import sys
+
+    before = settings.snapshot()
+    os.environ["IPY_RESUME_TEST_FLAG"] = "x"
+    sys.path.insert(0, "/nonexistent-ipy-resume")
+    try:
+        diff = settings.changes(before, settings.snapshot())
+    finally:
+        del os.environ["IPY_RESUME_TEST_FLAG"]
+        sys.path.remove("/nonexistent-ipy-resume")
+    assert diff["environ"] == {"set": {"IPY_RESUME_TEST_FLAG": "x"}, "unset": []}
+    assert diff["sys.path"]["added"] == [(0, "/nonexistent-ipy-resume")]
+    assert settings.apply(diff) == []
+    try:
+        assert (
+            os.environ["IPY_RESUME_TEST_FLAG"] == "x" and sys.path[0] == "/nonexistent-ipy-resume"
+        )
+    finally:
+        del os.environ["IPY_RESUME_TEST_FLAG"]
+        sys.path.remove("/nonexistent-ipy-resume")
+    later = {"environ": {"set": {}, "unset": ["IPY_RESUME_TEST_FLAG"]}}
+    merged = settings.merge(diff, later)
+    assert merged["environ"] == {"set": {}, "unset": ["IPY_RESUME_TEST_FLAG"]}
