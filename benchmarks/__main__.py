@@ -9,6 +9,8 @@ Workloads (sizes at ``--scale 1``; the issue's):
 5. 200 small ``%%checkpoint`` cells: overhead per miss and per hit;
 6. "Run all" after a restart of a 10-cell notebook with ~3 GB of state (fresh processes);
 7. 20 checkpoints of a slowly changing 500 MB state: bytes on disk vs live bytes.
+8. the corpus of realistic notebooks (``tests/corpus/``): first wrapped run and restored
+   run against the plain run, and the slowest key (:mod:`benchmarks.corpus`).
 
 Everything runs in this process tree: one worker process per workload and group
 (``benchmarks.worker``), one process per notebook run for workload 6
@@ -32,7 +34,7 @@ from typing import Any
 from benchmarks import notebook, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
-ALL = ["1", "2", "3", "4", "5", "6", "7"]
+ALL = ["1", "2", "3", "4", "5", "6", "7", "8"]
 RESULTS = Path(__file__).resolve().parent / "results"
 SLOW_S = 20.0
 """A peer whose run after restart takes longer than this is measured once (time budget)."""

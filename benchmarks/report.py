@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import corpus
 from benchmarks.harness import median
 
 PEERS = ["joblib", "ipycache", "dill", "kishu"]
@@ -225,6 +226,8 @@ def table(summary: dict[str, Any]) -> str:
             cells.append(f"{fmt(value, row['unit'])} ({fmt_ratio(ratio)})")
         label = f"{row['workload']} {row['metric']}"
         lines.append(f"| {label} | {fmt(row['ours'], row['unit'])} | " + " | ".join(cells) + " |")
+    if summary.get("corpus"):
+        lines += ["", corpus.table(summary["corpus"])]
     return "\n".join(lines)
 
 
@@ -233,6 +236,7 @@ def summarize(samples: Samples, notes: Notes | None = None) -> dict[str, Any]:
     return {
         "targets": [asdict(t) for t in targets(samples)],
         "peers": [asdict(r) for r in peer_rows(samples, notes)],
+        "corpus": corpus.summary(samples),
     }
 
 

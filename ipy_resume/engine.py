@@ -68,6 +68,9 @@ class RunResult:
     value: Any
     has_value: bool
     record: OutputRecord
+    # how the front end showed the result (format data, metadata), replayed on a hit so the
+    # output is the recorded one even where a repr holds a memory address
+    shown: tuple[dict[str, Any], dict[str, Any]] | None = None
 
 
 class Host(Protocol):
@@ -370,7 +373,13 @@ class Engine:
         )
         self.record(outcome, opts.cell_id, host)
         has_result = bool(manifest.info.get("has_result"))
-        return (extras.get("result") if has_result else None,)
+        value = extras.get("result") if has_result else None
+        shown = extras.get("shown")
+        show = getattr(host, "show_result", None)
+        if has_result and isinstance(shown, tuple) and show is not None:
+            show(value, shown)
+            return (None,)  # shown already: the front end must not show it again
+        return (value,)
 
     def _execute_and_save(
         self,
@@ -403,6 +412,8 @@ class Engine:
             extras["settings"] = changed_settings
         if result.has_value:
             extras["result"] = result.value
+            if result.shown is not None:
+                extras["shown"] = result.shown
         missing_files: dict[str, str] = {}
         if opts.files:
             files: dict[str, bytes] = {}
@@ -445,10 +456,15 @@ class Engine:
                 complete=not missing_files,
                 linker=shared,
             )
-        except (StoreError, OSError) as exc:  # SaveError is a StoreError
+        except Exception as exc:  # SaveError is a StoreError; anything else is a bug of ours
             listed = ", ".join(sorted(values)) or "no names"
             if isinstance(exc, SaveError):
                 text = f"{exc} Kept in the kernel: {listed}."
+            elif not isinstance(exc, (StoreError, OSError)):
+                text = (
+                    f"could not save checkpoint '{opts.cell_id}' ({type(exc).__name__}: {exc}). "
+                    f"Your results are still in the kernel ({listed}); nothing was saved."
+                )
             else:
                 text = (
                     f"could not save checkpoint '{opts.cell_id}': {exc}. "
@@ -460,7 +476,10 @@ class Engine:
             )
             self.record(outcome, opts.cell_id, host)
             return result.value if result.has_value else None
-        shared.note(saved.manifest, values, namespace)
+        if saved.added:  # names of earlier cells that hold objects this cell changed
+            names = sorted({*names, *saved.added})
+            values.update((name, namespace[name]) for name in saved.added if name in namespace)
+        shared.note(saved.manifest, values, namespace, saved.members)
         failed = {**saved.failed, **missing_files}
         if failed:
             what = "; ".join(f"'{name}' ({reason})" for name, reason in sorted(failed.items()))
@@ -489,6 +508,12 @@ class Engine:
             detail="; ".join(f"{n}: {r}" for n, r in sorted(failed.items())),
         )
         self.record(outcome, opts.cell_id, host)
+        show = getattr(host, "show_result", None)
+        if result.has_value and result.shown is not None and show is not None:
+            # Shown from the recorded data, so a later restore shows exactly this (a repr
+            # may count, like scikit-learn's HTML ids, or hold a memory address).
+            show(result.value, result.shown)
+            return None
         return result.value if result.has_value else None
 
     # ---- helpers --------------------------------------------------------------------------

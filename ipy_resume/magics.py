@@ -47,7 +47,27 @@ class IPythonHost:
         with tee_streams(record), _tee_display(self.shell, record):
             value, has_value = run_compiled(cell, self.shell.user_ns)
             _flush_inline_figures()
-        return RunResult(value, has_value, record)
+        shown = None
+        formatter = self.shell.display_formatter
+        if has_value and value is not None and formatter is not None:
+            try:
+                shown = formatter.format(value)
+            except Exception:  # a broken repr: IPython shows its own error when it displays
+                shown = None
+        return RunResult(value, has_value, record, shown)
+
+    def show_result(self, value: Any, shown: tuple[dict[str, Any], dict[str, Any]]) -> None:
+        """Show a restored result as it was shown when recorded; ``_`` and ``Out`` get *value*."""
+        hook = self.shell.displayhook
+        data, metadata = shown
+        hook.check_for_underscore()
+        hook.start_displayhook()
+        hook.write_output_prompt()
+        hook.write_format_data(data, metadata)
+        hook.update_user_ns(value)
+        hook.fill_exec_result(value)
+        hook.log_output(data)
+        hook.finish_displayhook()
 
     def replay(self, record: OutputRecord) -> None:
         publisher = self.shell.display_pub

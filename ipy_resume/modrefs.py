@@ -35,6 +35,7 @@ _SKIP_TYPES = (
     type,
 )
 
+_MAIN_NAMES = frozenset({"__main__", "__mp_main__"})
 _index: dict[int, tuple[str, str]] = {}
 _indexed_modules = -1
 
@@ -42,8 +43,13 @@ _indexed_modules = -1
 def _rebuild() -> None:
     global _indexed_modules
     _index.clear()
+    main = sys.modules.get("__main__")
     for name, module in list(sys.modules.items()):
-        if name == "__main__" or not isinstance(module, types.ModuleType):
+        # The notebook's namespace is also registered under other names (multiprocessing
+        # adds "__mp_main__"): its attributes are the user's values, never module objects.
+        if module is main or name in _MAIN_NAMES or not isinstance(module, types.ModuleType):
+            continue
+        if getattr(module, "__name__", None) in _MAIN_NAMES:
             continue
         try:
             attrs = list(vars(module).items())

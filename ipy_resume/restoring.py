@@ -30,6 +30,7 @@ class Loaded:
     extras: dict[str, object]
     sources: dict[str, Manifest] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # settings that could not be re-applied
+    members: dict[str, set[int]] = field(default_factory=dict)  # manifest id -> objects held
 
     @property
     def files(self) -> dict[str, bytes]:
@@ -84,7 +85,8 @@ def load(
             settings.apply(settings.changes(settings.snapshot(), before))
         raise
     extras["settings"] = recorded
-    return Loaded(values, extras, sources, problems)
+    members = {m_id: store.members(m, cache) for m_id, m in manifests.items()}
+    return Loaded(values, extras, sources, problems, members)
 
 
 def apply(
@@ -107,6 +109,11 @@ def apply(
     namespace.update(loaded.values)
     for name in delete:
         namespace.pop(name, None)
+    recorded = loaded.extras.get("settings")
+    if recorded:
+        # Again, after unpickling: importing a library while loading (pyplot with the inline
+        # backend, say) may have reset what the cell had changed after its own import.
+        settings.apply(recorded)  # type: ignore[arg-type]
     rng_state = loaded.extras.get("rng")
     if isinstance(rng_state, dict):
         rng.restore(rng_state)
@@ -116,5 +123,5 @@ def apply(
         by_manifest.setdefault(manifest.id, (manifest, {}))[1][name] = loaded.values[name]
     for manifest, values in by_manifest.values():
         shared.restored(manifest, values)
-        shared.note(manifest, values, namespace)
+        shared.note(manifest, values, namespace, loaded.members.get(manifest.id))
     return loaded.problems

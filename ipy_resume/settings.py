@@ -245,23 +245,22 @@ def rcparams_digest() -> str | None:
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "backslashreplace"))
 
 
-_DRAWING_WORDS = ("plt.", "sns.", ".plot(", ".plot.", ".hist(", ".imshow(", ".scatter(", "savefig")
 _DRAWING_MODULES = ("matplotlib", "seaborn", "mpl_toolkits")
 
 
 def draws(source: str, inputs: Iterable[Any]) -> bool:
-    """Whether a cell may draw with matplotlib: its rcParams then join the cell's key.
+    """Whether a cell draws on matplotlib state it reads: its rcParams then join its key.
 
-    True when matplotlib is imported and the cell reads a matplotlib or seaborn module or
-    object, or its source has a drawing call (``plt.``, ``sns.``, ``.plot(``, ``.hist(``...).
+    True when the cell reads a matplotlib or seaborn module or object (``plt``, ``sns``,
+    ``ax``, ``fig``) as an input.  A cell that imports pyplot itself and draws is covered by
+    its source instead (the same code starts from the same rcParams only after the same
+    earlier cells, which its inputs already key).
 
-    >>> import matplotlib; draws("ax.plot(x)", [])
+    >>> import matplotlib; draws("ax.plot(x)", [matplotlib])
     True
     """
     if "matplotlib" not in sys.modules:
         return False
-    if any(word in source for word in _DRAWING_WORDS):
-        return True
     for value in inputs:
         module = getattr(value, "__name__", "") if isinstance(value, type(sys)) else ""
         module = module or getattr(type(value), "__module__", "") or ""

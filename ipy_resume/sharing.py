@@ -52,6 +52,7 @@ class _Entry:
     fingerprint: bytes | None  # None: an HDF5 array, checked by its blob address
     holder: Any  # a weak reference, or the object itself when it takes none
     obj_id: int
+    members: set[int]  # ids of the objects its checkpoint's group held (shared set)
 
     def get(self) -> object:
         obj = self.holder() if isinstance(self.holder, weakref.ref) else self.holder
@@ -106,6 +107,7 @@ class SharedObjects:
         manifest: Manifest,
         values: Mapping[str, object],
         namespace: MutableMapping[str, Any] | None = None,
+        members: set[int] | None = None,
     ) -> None:
         """Remember *values*, just saved as or restored from *manifest*.
 
@@ -123,13 +125,12 @@ class SharedObjects:
             gone = namespace is not None and namespace.get(entry.name, MISSING) is not entry.get()
             if entry.name in names or gone or entry.get() is MISSING:
                 del self._entries[tok]
+        held = members if members is not None else set()
         for name, value in values.items():
             ref = manifest.values.get(name)
-            if ref is None or isinstance(value, _VALUE_TYPES):
+            if ref is None:
                 continue
             digest = fingerprints.get(name)
-            if digest is None and ref.kind != "hdf5":
-                continue  # no way to tell later whether it changed
             self._entries[token(manifest.id, name)] = _Entry(
                 name,
                 ref,
@@ -137,6 +138,7 @@ class SharedObjects:
                 bytes.fromhex(digest) if isinstance(digest, str) else None,
                 _hold(value),
                 id(value),
+                held,
             )
         self._checked.clear()
 
@@ -161,7 +163,13 @@ class SharedObjects:
     # ---- the store's Linker protocol -----------------------------------------------------
 
     def candidates(self) -> dict[int, str]:
-        return {e.obj_id: tok for tok, e in self._entries.items() if e.get() is not MISSING}
+        # Values whose identity means nothing (a tuple, a number) are never linked; they
+        # are still entries, so a later cell that shares their items stores them again.
+        return {
+            e.obj_id: tok
+            for tok, e in self._entries.items()
+            if not isinstance(obj := e.get(), _VALUE_TYPES) and obj is not MISSING
+        }
 
     def arrays(self) -> list[np.ndarray]:
         out = []
@@ -184,6 +192,8 @@ class SharedObjects:
         obj = entry.get()
         if obj is MISSING:
             return False
+        if entry.fingerprint is None and entry.ref.kind != "hdf5":
+            return False  # no fingerprint to tell whether it changed: store it again
         if entry.fingerprint is not None:
             try:
                 return Fingerprinter().digest(obj) == entry.fingerprint
@@ -202,6 +212,18 @@ class SharedObjects:
     def loaded(self, tok: str, value: object) -> None:
         # An object loaded for a link is not bound to a name: nothing to remember.
         return None
+
+    def holders(self, members: set[int]) -> dict[str, object]:
+        if not members:
+            return {}
+        out: dict[str, object] = {}
+        for entry in self._entries.values():
+            obj = entry.get()
+            if obj is MISSING or entry.name in out:
+                continue
+            if id(obj) in members or not entry.members.isdisjoint(members):
+                out[entry.name] = obj
+        return out
 
     def forget(self, checkpoint_id: str) -> None:
         """Stop linking to *checkpoint_id* (it failed to load: its blobs are suspect)."""

@@ -391,14 +391,23 @@ class _Pickler(cloudpickle.CloudPickler):
 
 
 def _unpickle(
-    stream: Any, buffers: list[Any], persistent_load: Callable[[Any], object] | None = None
+    stream: Any,
+    buffers: list[Any],
+    persistent_load: Callable[[Any], object] | None = None,
+    seen: list[Any] | None = None,
 ) -> object:
-    """The single place where bytes reach the unpickler (tests patch it)."""
+    """The single place where bytes reach the unpickler (tests patch it).
+
+    With *seen*, the objects the stream memoised are appended to it.
+    """
     if persistent_load is None:
         return pickle.loads(stream, buffers=buffers)
     unpickler = pickle.Unpickler(io.BytesIO(stream), buffers=buffers)
     unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
-    return unpickler.load()
+    value = unpickler.load()
+    if seen is not None:
+        seen.extend(unpickler.memo.copy().values())
+    return value
 
 
 def unpickle_value(stream: Any, buffers: list[Any]) -> object:
@@ -440,6 +449,8 @@ def _view_args(
     """(byte offset, shape, strides) of *view* inside *root*'s memory, or None when not exact."""
     if view.size == 0 or root.size == 0 or not (root.flags.c_contiguous or root.flags.f_contiguous):
         return None
+    if view.dtype.hasobject or root.dtype.hasobject:
+        return None  # references, not bytes: a byte view of them is not allowed
     if not _describable(view.dtype):
         return None  # rebuilt from a description that would lose something: copy it
     offset = int(view.__array_interface__["data"][0]) - int(root.__array_interface__["data"][0])
@@ -487,15 +498,25 @@ class _GroupPickler(_Pickler):
         self.bases = bases
         self.used: set[str] = set()
         self._usable: dict[str, bool] = {}
+        # memory that views copied here point into: address -> (root, views, their bytes)
+        self.view_roots: dict[int, tuple[np.ndarray, int, int]] = {}
+        self.owners: dict[int, np.ndarray] = {}  # arrays of the group owning their memory
 
     def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is np.ndarray:
-            if self.bases and isinstance(obj.base, np.ndarray):
-                base = self.bases.get(data_pointer(array_root(obj)))
+        if type(obj) is np.ndarray and not obj.dtype.hasobject and obj.size:
+            if isinstance(obj.base, np.ndarray):
+                root = array_root(obj)
+                address = data_pointer(root)
+                base = self.bases.get(address)
                 if base is not None and base is not obj:
                     args = _view_args(obj, base)
                     if args is not None:
                         return (view_of, (base, *args, dtype_to_json(obj.dtype)))
+                if base is None and type(root) is np.ndarray and not root.dtype.hasobject:
+                    _, count, total = self.view_roots.get(address, (root, 0, 0))
+                    self.view_roots[address] = (root, count + 1, total + obj.nbytes)
+            elif obj.flags.c_contiguous or obj.flags.f_contiguous:
+                self.owners.setdefault(data_pointer(obj), obj)
         else:
             where = modrefs.lookup(obj)
             if where is not None:  # a module's own object: restored by importing it
@@ -535,9 +556,35 @@ class _LinkingPickler(_GroupPickler):
 
 @dataclass
 class PickledGroup(Pickled):
-    """A pickled group, and the link tokens its stream refers to."""
+    """A pickled group, the link tokens its stream refers to, and the objects it holds."""
 
     links: set[str]
+    members: set[int]  # ids of the objects with an identity (see :func:`identities`)
+    roots: list[np.ndarray]  # bases of views stored as copies (their base is not in the group)
+
+
+# Objects whose identity means nothing, or that every group shares (types, functions,
+# modules, dtypes): never evidence that two values hold one object.
+_NO_IDENTITY = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, type)
+_MEMBERS_MAX = 200_000  # past this many objects a group's members are not tracked
+
+
+def identities(objects: Any) -> set[int]:
+    """The ids of the objects in *objects* that have an identity worth keeping.
+
+    >>> shared = [1]; len(identities([shared, "text", 3, shared]))
+    1
+    """
+    out: set[int] = set()
+    for obj in objects:
+        if isinstance(obj, (*_NO_IDENTITY, np.dtype, np.generic)) or callable(obj):
+            continue
+        if modrefs.lookup(obj) is not None:
+            continue
+        out.add(id(obj))
+        if len(out) > _MEMBERS_MAX:
+            return set()
+    return out
 
 
 def pickle_group(
@@ -556,6 +603,47 @@ def pickle_group(
     >>> unpickle_group(g.stream, g.buffers, lambda pid: None)["a"]
     [1]
     """
+    by_address: dict[int, np.ndarray] = {}
+    for arr in bases or ():
+        # Only arrays that own their memory: a view is matched through the memory it views.
+        if type(arr) is np.ndarray and arr.size and not arr.dtype.hasobject:
+            owns = not isinstance(arr.base, np.ndarray)
+            if owns and (arr.flags.c_contiguous or arr.flags.f_contiguous):
+                by_address.setdefault(data_pointer(arr), arr)
+    first = _dump_group(values, links, check, by_address)
+    # Arrays of the group that view one memory (two slices of one array, an array and its
+    # reshape, a Bunch's ``data`` and ``images``): a second pass stores that memory once
+    # and each array as a view of it, unless the memory is much larger than the views.
+    pickler = first[0]
+    wanted = {
+        address: root
+        for address, (root, count, total) in pickler.view_roots.items()
+        if address not in by_address
+        and (count >= 2 or address in pickler.owners)
+        and root.nbytes <= max(_ROOT_SLACK_MIN, 2 * total)
+    }
+    if wanted:
+        more = {**wanted, **{a: o for a, o in pickler.owners.items() if a in wanted}}
+        first = _dump_group(values, links, check, {**by_address, **more})
+    pickler, stream, buffers = first
+    held = identities(obj for _, obj in pickler.memo.copy().values())
+    held.update(pickler.view_roots)  # addresses of the memory views elsewhere point into
+    held.update(pickler.owners)
+    roots = [root for root, _, _ in pickler.view_roots.values()]
+    return PickledGroup(stream, buffers, pickler.used, held, roots)
+
+
+_ROOT_SLACK_MIN = (
+    1 << 20
+)  # a shared memory up to this size is stored whole, however small the views
+
+
+def _dump_group(
+    values: dict[str, object],
+    links: dict[int, str] | None,
+    check: Callable[[str], bool] | None,
+    by_address: dict[int, np.ndarray],
+) -> tuple[_GroupPickler, bytes, list[memoryview]]:
     buffers: list[memoryview] = []
 
     def callback(buf: pickle.PickleBuffer) -> bool:
@@ -565,14 +653,6 @@ def pickle_group(
         buffers.append(raw)
         return False
 
-    by_address: dict[int, np.ndarray] = {}
-    for arr in bases or ():
-        if (
-            type(arr) is np.ndarray
-            and arr.size
-            and (arr.flags.c_contiguous or arr.flags.f_contiguous)
-        ):
-            by_address.setdefault(data_pointer(arr), arr)
     out = io.BytesIO()
     kind = _LinkingPickler if links else _GroupPickler
     pickler = kind(out, links or {}, check or (lambda token: True), by_address, callback)
@@ -580,20 +660,29 @@ def pickle_group(
         pickler.dump(values)
     except Exception as exc:
         raise EncodeError(f"cannot be pickled ({_reason(exc)})") from exc
-    return PickledGroup(out.getvalue(), buffers, pickler.used)
+    return pickler, out.getvalue(), buffers
 
 
 def unpickle_group(
-    stream: Any, buffers: list[Any], resolve: Callable[[str], object]
+    stream: Any,
+    buffers: list[Any],
+    resolve: Callable[[str], object],
+    members: set[int] | None = None,
 ) -> dict[str, object]:
-    """Unpickle a verified group stream; ``resolve(token)`` supplies each linked object."""
+    """Unpickle a verified group stream; ``resolve(token)`` supplies each linked object.
+
+    With *members*, the ids of the objects it holds are added to it.
+    """
 
     def persistent_load(pid: Any) -> object:
         if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == LINK_TAG):
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
         return resolve(str(pid[1]))
 
-    group = _unpickle(stream, buffers, persistent_load)
+    seen: list[Any] = []
+    group = _unpickle(stream, buffers, persistent_load, seen)
     if not isinstance(group, dict):
         raise ValueError(f"a value group must be a dict, not {type(group).__name__}")
+    if members is not None:
+        members.update(identities(seen))
     return group

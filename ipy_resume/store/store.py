@@ -69,6 +69,10 @@ class SaveResult:
     manifest: Manifest  # the committed manifest
     failed: dict[str, str] = field(default_factory=dict)  # names not stored -> one-line reason
     bytes_written: int = 0  # blob bytes written plus the manifest file
+    # names of earlier checkpoints stored again because they hold objects this save's
+    # values hold (see Linker.holders), and the ids of the objects the values hold
+    added: list[str] = field(default_factory=list)
+    members: set[int] = field(default_factory=set)
 
 
 _versions_cache: dict[str, str] = {}
@@ -145,6 +149,10 @@ class Linker(Protocol):
         """*value* was just loaded for *token*."""
         ...
 
+    def holders(self, members: set[int]) -> dict[str, object]:
+        """Names (bound now) whose stored values also hold one of the objects *members*."""
+        ...
+
 
 MISSING: Any = object()
 """Returned by :meth:`Linker.live` when no live object can stand for a token."""
@@ -172,6 +180,8 @@ class _Writer:
         self._pack_size = 0
         self._pending: list[tuple[dict[str, str | None], int, int, tuple[BlobRef, ...]]] = []
         self.links: dict[str, BlobRef] = {}
+        self.members: set[int] = set()
+        self.added: list[str] = []
 
     def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
         self.current = self.blobs.path(address)
@@ -234,29 +244,66 @@ class _Writer:
 
         failed: dict[str, str] = {}
         todo = dict(values)
+        group = self._pickle_group(todo, links, check, bases, failed)
+        if group is None:
+            return failed
+        if linker is not None:
+            # Values of earlier checkpoints that hold an object these values hold (a list
+            # whose items this cell changed, a pipeline whose step it fitted) are stored
+            # again with them, so both names share that object after a restore too.
+            more = {
+                f"v:{name}": obj
+                for name, obj in linker.holders(group.members).items()
+                if f"v:{name}" not in todo and f"v:{name}" not in hdf5
+            }
+            if more:
+                todo.update(more)
+                # A view of an array inside one of those values is stored as a view of it.
+                held_roots = [r for r in group.roots if linker.holders({codecs.data_pointer(r)})]
+                bases = bases + held_roots
+                # ...and stored here, not linked: what they share with these values must be
+                # the same objects in this group.
+                inline = {id(obj) for obj in more.values()}
+                links = {i: tok for i, tok in links.items() if i not in inline}
+                regrouped = self._pickle_group(todo, links, check, bases, failed)
+                if regrouped is not None:
+                    group = regrouped
+                    self.added = sorted(slot[2:] for slot in more if slot in todo)
+        self.members = group.members
+        for tok in sorted(group.links - local):
+            if linker is not None:
+                self.links.update(linker.refs(tok))
+        self._add_stream("", group, members=list(todo))
+        return failed
+
+    @staticmethod
+    def _pickle_group(
+        todo: dict[str, object],
+        links: dict[int, str],
+        check: Any,
+        bases: list[Any],
+        failed: dict[str, str],
+    ) -> codecs.PickledGroup | None:
+        """Pickle *todo* as one group; values that cannot be pickled move to *failed*."""
         while todo:
             try:
-                group = codecs.pickle_group(
+                return codecs.pickle_group(
                     {slot[2:]: v for slot, v in todo.items()}, links, check, bases
                 )
-                break
-            except codecs.EncodeError:
+            except codecs.EncodeError as together:
                 # Find the culprits one by one, so every other value is still stored.
+                found = False
                 for slot, value in list(todo.items()):
                     try:
                         codecs.pickle_group({slot: value}, links, check, bases)
                     except codecs.EncodeError as exc:
                         failed[slot] = str(exc)
                         del todo[slot]
-                if not failed:
-                    raise
-        else:
-            return failed
-        for tok in sorted(group.links - local):
-            if linker is not None:
-                self.links.update(linker.refs(tok))
-        self._add_stream("", group, members=list(todo))
-        return failed
+                        found = True
+                if not found:  # each alone pickles, together they do not: store none
+                    failed.update(dict.fromkeys(todo, str(together)))
+                    todo.clear()
+        return None
 
     def _add_stream(
         self, slot: str, pickled: codecs.Pickled, members: list[str] | None = None
@@ -467,7 +514,8 @@ class Store:
                     except codecs.EncodeError as exc:
                         failed[EXTRA_PREFIX + name] = str(exc)
                 writer.flush()
-                value_refs = {n: writer.refs[f"v:{n}"] for n in values if f"v:{n}" in writer.refs}
+                names = [*values, *(n for n in writer.added if n not in values)]
+                value_refs = {n: writer.refs[f"v:{n}"] for n in names if f"v:{n}" in writer.refs}
                 extra_refs = {n: writer.refs[f"x:{n}"] for n in extras if f"x:{n}" in writer.refs}
                 m = Manifest(
                     id=ident,
@@ -495,7 +543,9 @@ class Store:
             ) from exc
         except OSError as exc:
             raise self._save_error(cell_id, exc, writer.current) from exc
-        return SaveResult(m, failed, writer.bytes_written + manifest_bytes)
+        return SaveResult(
+            m, failed, writer.bytes_written + manifest_bytes, writer.added, writer.members
+        )
 
     @staticmethod
     def _write_values(
@@ -519,6 +569,8 @@ class Store:
                 and codecs.data_pointer(codecs.array_root(value)) in owners
             )
             seen.add(id(value))
+            if not shared and linker is not None and type(value) is np.ndarray:
+                shared = bool(linker.holders({id(value)}))  # inside an earlier value
             plan = None if shared else codecs.plan_array(value)
             where = modrefs.lookup(value) if plan is None else None
             if where is not None:
@@ -734,6 +786,14 @@ class Store:
         cache[("object", tok)] = known
         return known
 
+    @staticmethod
+    def members(manifest: Manifest, cache: dict[Any, Any]) -> set[int]:
+        """Ids of the objects the groups of *manifest* held when a load with *cache* decoded them."""
+        out: set[int] = set()
+        for ref in manifest.values.values():
+            out |= cache.get(("members", ref.blob, ref.offset), set())
+        return out
+
     def _prefetch(self, m: Manifest, refs: list[BlobRef], cache: dict[Any, Any]) -> None:
         """Read and verify the blobs behind *refs* two at a time, into *cache*.
 
@@ -813,10 +873,12 @@ class Store:
                 where = ("group", ref.blob, ref.offset)
                 group = cache.get(where)
                 if group is None:
+                    held: set[int] = set()
                     group = codecs.unpickle_group(
-                        stream, buffers, lambda tok: self._linked(m, tok, cache, linker)
+                        stream, buffers, lambda tok: self._linked(m, tok, cache, linker), held
                     )
                     cache[where] = group
+                    cache[("members", ref.blob, ref.offset)] = held
                 if ref.member not in group:
                     raise ValueError(f"the group has no member {ref.member!r}")
                 return group[ref.member]

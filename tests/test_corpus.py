@@ -1,0 +1,98 @@
+"""A corpus of realistic notebooks restores exactly what their first run produced.
+
+Each notebook in ``tests/corpus/`` (written by ``tests/corpus/make_corpus.py``) runs
+three times through ``tests/corpus_runner.py``: as written, with every code cell
+under ``%%checkpoint``, and once more in a fresh kernel over the same store. The
+third run must execute nothing, show what the second showed, and leave the same
+namespace, sharing, RNG state, library settings and files. A failure lists every
+difference by cell, with the cell's source and what ipy_resume said.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from corpus_runner import (
+    CORPUS,
+    PREFIX,
+    corpus_notebooks,
+    prepare,
+    run_three_ways,
+    split_product_lines,
+)
+
+NOTEBOOKS = corpus_notebooks()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_a_restored_run_equals_the_first_run(notebook: Path, tmp_path: Path) -> None:
+    result = run_three_ways(notebook, tmp_path)
+    if result.findings:
+        pytest.fail(result.report(), pytrace=False)
+
+
+def test_the_corpus_has_ten_notebooks_of_at_least_twenty_code_cells() -> None:
+    assert len(NOTEBOOKS) >= 10, [p.name for p in NOTEBOOKS]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert (nb.nbformat, nb.nbformat_minor) == (4, 5), path.name
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert len(code) >= 20, f"{path.name} has {len(code)} code cells"
+        assert any(c.cell_type == "markdown" for c in nb.cells), path.name
+        assert len({c.id for c in nb.cells}) == len(nb.cells), f"{path.name}: duplicate cell ids"
+        for cell in code:
+            assert not cell.outputs, f"{path.name} {cell.id}: committed with outputs"
+            files = cell.metadata.get("ipy_resume", {}).get("files", [])
+            assert all(isinstance(f, str) for f in files), f"{path.name} {cell.id}: {files!r}"
+
+
+def test_make_corpus_regenerates_every_notebook_byte_for_byte(tmp_path: Path) -> None:
+    # make_corpus.py is the source of truth: a hand edit of an .ipynb would be lost.
+    subprocess.run(
+        [sys.executable, str(CORPUS / "make_corpus.py"), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    generated = sorted(p.name for p in tmp_path.glob("*.ipynb"))
+    assert generated == [p.name for p in NOTEBOOKS]
+    for name in generated:
+        assert (tmp_path / name).read_bytes() == (CORPUS / name).read_bytes(), (
+            f"{name} differs from what make_corpus.py writes: run python {CORPUS}/make_corpus.py"
+        )
+
+
+def test_wrapping_checkpoints_every_code_cell_with_its_files() -> None:
+    nb = nbformat.read(CORPUS / "03_sales_cleaning.ipynb", as_version=4)
+    wrapped = prepare(nb, "wrapped", explain=False, instrument=False)
+    code = [c for c in wrapped.cells if c.cell_type == "code"]
+    assert code[0].source == "%load_ext ipy_resume"
+    assert code[-1].metadata["corpus"]["label"] == "probe"
+    for cell in code[1:-1]:
+        index = cell.metadata["corpus"]["index"]
+        first = cell.source.splitlines()[0]
+        files = nb.cells[index].metadata.get("ipy_resume", {}).get("files", [])
+        expected = f"%%checkpoint c{index}" + (" --files " + " ".join(files) if files else "")
+        assert first == expected
+    assert any("--files sales_export.csv" in c.source for c in code)
+    plain = prepare(nb, "plain", explain=False, instrument=False)
+    assert [c.source for c in plain.cells] == [c.source for c in nb.cells]
+
+
+def test_the_products_own_lines_are_removed_before_outputs_are_compared() -> None:
+    text = (
+        "epoch 0\n"
+        f"\r{PREFIX}loop 10/60  3.1 it/s  not saved yet   \r{PREFIX}loop 60/60  3.0 it/s   \n"
+        f"\n{PREFIX}executed 'c3' in 12 ms; saved checkpoint ab12cd34 (3 KB written in 4 ms)\n"
+        "epoch 20\n"
+    )
+    cleaned, ours = split_product_lines(text)
+    assert cleaned == "epoch 0\nepoch 20\n"
+    assert len(ours) == 3 and all(line.startswith(PREFIX) for line in ours)
+    untouched = "a warning\n\nwith a blank line\n"
+    assert split_product_lines(untouched) == (untouched, [])
