@@ -1157,6 +1157,21 @@ plt.axvline(0, color="k")
 print(f"the tallest bar holds {int(h[0].max())} of {len(diff)} resamples; "
       f"{np.mean(diff > 0):.1%} are above zero")
 """),
+    md("Conversion rates as a dashboard would show them: with a little measurement noise."),
+    code(r'''
+noise_rng = np.random.RandomState(11)
+
+def with_noise(values, scale=0.002):
+    """The values plus noise drawn from the notebook's own generator (which this advances)."""
+    return values + noise_rng.normal(0, scale, len(values))
+'''),
+    code(r"""
+shown_rates = with_noise(np.array([0.100, 0.112, 0.105]))
+shown_rates.round(4)
+"""),
+    code(r"""
+print("next draws of the dashboard's generator:", noise_rng.normal(size=3).round(4))
+"""),
     code(r"""
 stats.mannwhitneyu(revenue["treatment"][revenue["treatment"] > 0],
                    revenue["control"][revenue["control"] > 0])
