@@ -34,7 +34,7 @@ from typing import Any
 from benchmarks import notebook, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
-ALL = ["1", "2", "3", "4", "5", "6", "7", "8"]
+ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9"]
 RESULTS = Path(__file__).resolve().parent / "results"
 SLOW_S = 20.0
 """A peer whose run after restart takes longer than this is measured once (time budget)."""

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import corpus
+from benchmarks import corpus, graphs
 from benchmarks.harness import median
 
 PEERS = ["joblib", "ipycache", "dill", "kishu"]
@@ -228,6 +228,8 @@ def table(summary: dict[str, Any]) -> str:
         lines.append(f"| {label} | {fmt(row['ours'], row['unit'])} | " + " | ".join(cells) + " |")
     if summary.get("corpus"):
         lines += ["", corpus.table(summary["corpus"])]
+    if summary.get("graphs"):
+        lines += ["", graphs.table(summary["graphs"])]
     return "\n".join(lines)
 
 
@@ -237,6 +239,7 @@ def summarize(samples: Samples, notes: Notes | None = None) -> dict[str, Any]:
         "targets": [asdict(t) for t in targets(samples)],
         "peers": [asdict(r) for r in peer_rows(samples, notes)],
         "corpus": corpus.summary(samples),
+        "graphs": graphs.summary(samples),
     }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import baselines, corpus, peers
+from benchmarks import baselines, corpus, graphs, peers
 from benchmarks.harness import (
     BenchError,
     Probe,
@@ -676,4 +676,5 @@ WORKLOADS: dict[str, dict[str, Callable[[Ctx], None]]] = {
     "5": {"main": w5_main, "kishu": w5_kishu},
     "7": {"main": w7_main, "kishu": w7_kishu},
     "8": {"main": corpus.workload},
+    "9": {"main": graphs.workload},
 }

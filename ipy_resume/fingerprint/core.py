@@ -373,6 +373,7 @@ class Fingerprinter:
 
     __slots__ = (
         "_active",
+        "_attached",
         "_call",
         "_call_keep",
         "_colors",
@@ -414,6 +415,8 @@ class Fingerprinter:
         self._colors: dict[int, bytes] | None = None
         self._refining = 0
         self._active = 0
+        # objects a handler put aside to be digested once, after the top-level value
+        self._attached: dict[int, object] = {}
         self._count = 0
         self._next_check = 0
         self._deadline = 0.0
@@ -438,7 +441,10 @@ class Fingerprinter:
             self._top_name = _type_name(type(value))
         self._active += 1
         try:
-            return self._digest(value)
+            result = self._digest(value)
+            if top and self._attached:
+                result = self._with_attached(result)
+            return result
         except Unfingerprintable:
             raise
         except RecursionError as exc:
@@ -452,6 +458,7 @@ class Fingerprinter:
                     sys.setrecursionlimit(limit)
                 self._call.clear()
                 self._call_keep.clear()
+                self._attached.clear()
                 self._objs.clear()
                 self._entries.clear()
                 self._index.clear()
@@ -459,6 +466,29 @@ class Fingerprinter:
                 self._low = _INF
                 self._colors = None
                 self._refining = 0
+
+    def attach(self, obj: object) -> None:
+        """Digest *obj* once, after the top-level value, and mix it into the result.
+
+        For references that point back up a structure (an artist to its Axes and figure):
+        following them inline would put every part of the structure on one reference
+        cycle, which costs several passes; attached, each is digested once, going down.
+        The top-level digest then covers the attached objects, wherever they sit.
+
+        >>> fp = Fingerprinter()
+        >>> fp.digest([1]) != fp.digest([1, fp.attach([2])])
+        True
+        """
+        self._attached.setdefault(id(obj), obj)
+
+    def _with_attached(self, result: bytes) -> bytes:
+        done: dict[int, bytes] = {}
+        while len(done) < len(self._attached):
+            for key, obj in list(self._attached.items()):
+                if key not in done:
+                    done[key] = self._digest(obj)  # may attach more: the loop goes on
+        final = _x(b"attached\0" + result + b"".join(sorted(done.values())))
+        return _ALIASES.get(final, final) if _ALIASES else final
 
     def _check_budget(self) -> None:
         if self._count > self._max_objects:

@@ -16,7 +16,10 @@ matplotlib (consulted only while matplotlib is imported)
     creates, and back-pointers to things that are not part of the value.  Everything else,
     including the data of lines, patches and collections, limits, labels, titles, colours and
     sizes, and the references between artists, Axes and figure, is digested, so the digest of
-    one artist covers the figure it is in.  Measured with the Agg backend, ``canvas.draw()``
+    an input holding one artist covers the figure it is in.  References *up* (an artist's
+    ``_axes`` and ``_parent_figure``, an axis' or spine's ``axes``, a legend's ``parent``) are
+    digested once per input, after it (``Fingerprinter.attach``), rather than inline: inline
+    they make a whole figure one reference cycle, which costs several passes.  Measured with the Agg backend, ``canvas.draw()``
     changes or adds (and the digest therefore leaves out):
 
     * every artist: ``_stale``, ``stale_callback`` (the parent's method), ``_remove_method``;
@@ -225,6 +228,13 @@ _NAME_DIGESTS: dict[str, bytes] = {}
 _NAME_DIGESTS_MAX = 20_000
 
 
+# Attributes that point up from a part to what holds it: an artist's Axes and figure, an
+# axis' or spine's Axes, a legend's parent.
+_UP = frozenset({"_axes", "axes", "_parent_figure", "figure", "parent", "_parent", "_figure"})
+_ATOMIC_UP = (str, int, float, bool)
+_UP_MARK = "<held by an object digested with the input>"
+
+
 def _state_digest(
     fp: Fingerprinter, obj: Any, state: dict[str, Any], skip: frozenset[str]
 ) -> bytes:
@@ -234,6 +244,11 @@ def _state_digest(
     for key, value in state.items():
         if key in skip:
             continue
+        if key in _UP and value is not None and not isinstance(value, _ATOMIC_UP):
+            # A reference up to the Axes or figure: digested once for the whole input, not
+            # inline, so a figure is not one large reference cycle (see Fingerprinter.attach).
+            fp.attach(value)
+            value = _UP_MARK
         name = names.get(key) if type(key) is str else None
         if name is None:
             name = dg(key)
