@@ -149,3 +149,37 @@ def test_linked_values_survive_in_the_store_alone(tmp_path: Path) -> None:
     # gc keeping only b keeps the blobs b links to
     store.gc(keep_last=1)
     assert store.load_values(m2)["holder"]["items"][0]["w"].tolist() == [0, 1, 2, 3, 4]  # type: ignore[index]
+
+
+PIPE = (
+    "%%checkpoint parts\n"
+    "from sklearn.linear_model import Ridge\n"
+    "from sklearn.pipeline import make_pipeline\n"
+    "from sklearn.preprocessing import StandardScaler\n"
+    "ridge = Ridge(); model = make_pipeline(StandardScaler(), ridge)"
+)
+FIT = (
+    "%%checkpoint fit\n"
+    "import numpy as np\n"
+    "X = np.arange(40.0).reshape(20, 2); y = X @ np.array([1.0, 2.0])\n"
+    "model.fit(X, y)"
+)
+DIGITS = "%%checkpoint digits\nfrom sklearn.datasets import load_digits\ndigits = load_digits()"
+IMAGE = "%%checkpoint image\nimage = digits['images'][0]"
+PIPE_CHECKS = {
+    "fitted": "hasattr(ridge, 'coef_')",
+    "same": "model.steps[-1][1] is ridge",
+    "view": "bool(__import__('numpy').shares_memory(image, digits['images']))",
+}
+
+
+def test_an_object_changed_through_another_keeps_its_name_and_sharing(tmp_path: Path) -> None:
+    # `model.fit` fits `ridge` without naming it: the restored `ridge` must be fitted, and
+    # still the pipeline's step; a view into an array inside a Bunch stays a view.
+    pytest.importorskip("sklearn")
+    cells = [PIPE, FIT, DIGITS, IMAGE]
+    first = run_process(tmp_path, cells, PIPE_CHECKS)
+    assert first["eval"] == {"fitted": "True", "same": "True", "view": "True"}
+    second = run_process(tmp_path, cells, PIPE_CHECKS)
+    assert all("restored" in s for s in _statuses(second)), _statuses(second)
+    assert second["eval"] == first["eval"]
