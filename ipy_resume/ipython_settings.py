@@ -6,6 +6,7 @@ records and re-applies them like any library setting without importing IPython.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +27,13 @@ def _backend() -> str | None:
 
 
 def _backend_diff(before: str | None, after: str | None) -> str | None:
-    return after if after is not None and after != before else None
+    # From "not chosen yet" to the kernel's MPLBACKEND is pyplot resolving its default on
+    # import, not a choice of the cell: re-applying it on a restore would only perturb it.
+    if after is None or before == after:
+        return None
+    if before is None and after == os.environ.get("MPLBACKEND", after):
+        return None
+    return after
 
 
 def _config_snapshot(shell: InteractiveShell) -> dict[str, Any]:
@@ -47,6 +54,8 @@ def register(shell: InteractiveShell) -> None:
     """
 
     def apply_backend(backend: str) -> None:
+        if _backend() == backend:
+            return
         if "inline" in backend:
             shell.run_line_magic("matplotlib", "inline")
         else:

@@ -276,10 +276,17 @@ def _pd_snapshot() -> dict[str, Any] | None:
     pd = sys.modules.get("pandas")
     if pd is None:
         return None
+    # Read from pandas' option tree rather than through get_option, which warns on every
+    # deprecated option (and this runs twice per cell).
+    config = pd._config.config
     out: dict[str, Any] = {}
-    for key in pd._config.config._registered_options:
+    for key in config._registered_options:
         with contextlib.suppress(Exception):
-            out[key] = pd.get_option(key)
+            node = config._global_config
+            *path, leaf = key.split(".")
+            for part in path:
+                node = node[part]
+            out[key] = node[leaf]
     return out
 
 

@@ -27,6 +27,7 @@ still hit, while a value the user then changes fingerprints as something new.
 from __future__ import annotations
 
 import os
+import types
 import weakref
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -61,6 +62,9 @@ class _Entry:
 
 # Values whose identity means nothing (equal ones are interchangeable): never linked.
 _VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple, frozenset)
+
+
+_CODE_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 
 
 def _hold(obj: object) -> Any:
@@ -128,8 +132,8 @@ class SharedObjects:
         held = members if members is not None else set()
         for name, value in values.items():
             ref = manifest.values.get(name)
-            if ref is None:
-                continue
+            if ref is None or isinstance(value, _CODE_TYPES):
+                continue  # modules, functions, classes: pickled by reference anyway
             digest = fingerprints.get(name)
             self._entries[token(manifest.id, name)] = _Entry(
                 name,
@@ -213,17 +217,23 @@ class SharedObjects:
         # An object loaded for a link is not bound to a name: nothing to remember.
         return None
 
-    def holders(self, members: set[int]) -> dict[str, object]:
-        if not members:
+    def holders(self, members: set[int], reached: set[int] | None = None) -> dict[str, object]:
+        reached = reached or set()
+        if not members and not reached:
             return {}
         out: dict[str, object] = {}
         for entry in self._entries.values():
             obj = entry.get()
             if obj is MISSING or entry.name in out:
                 continue
-            if id(obj) in members or not entry.members.isdisjoint(members):
+            mine = id(obj)
+            if mine in members or mine in reached or not entry.members.isdisjoint(members):
                 out[entry.name] = obj
         return out
+
+    def digest(self, value: object) -> str | None:
+        """The hex fingerprint a save records for *value* (None when it has none)."""
+        return fingerprints_of({"v": value}).get("v")
 
     def forget(self, checkpoint_id: str) -> None:
         """Stop linking to *checkpoint_id* (it failed to load: its blobs are suspect)."""

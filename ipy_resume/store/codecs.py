@@ -47,9 +47,12 @@ the unpickler.
 from __future__ import annotations
 
 import functools
+import gc
 import io
 import json
 import pickle
+import sys
+import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -512,10 +515,12 @@ class _GroupPickler(_Pickler):
                     args = _view_args(obj, base)
                     if args is not None:
                         return (view_of, (base, *args, dtype_to_json(obj.dtype)))
-                if base is None and type(root) is np.ndarray and not root.dtype.hasobject:
+                # (read-only memory is a library's shared cache: left alone)
+                shareable = type(root) is np.ndarray and root.flags.writeable
+                if base is None and shareable and not root.dtype.hasobject:
                     _, count, total = self.view_roots.get(address, (root, 0, 0))
                     self.view_roots[address] = (root, count + 1, total + obj.nbytes)
-            elif obj.flags.c_contiguous or obj.flags.f_contiguous:
+            elif obj.flags.writeable and (obj.flags.c_contiguous or obj.flags.f_contiguous):
                 self.owners.setdefault(data_pointer(obj), obj)
         else:
             where = modrefs.lookup(obj)
@@ -560,30 +565,71 @@ class PickledGroup(Pickled):
 
     links: set[str]
     members: set[int]  # ids of the objects with an identity (see :func:`identities`)
+    reached: set[int]  # ids of every object the stream holds
     roots: list[np.ndarray]  # bases of views stored as copies (their base is not in the group)
 
 
 # Objects whose identity means nothing, or that every group shares (types, functions,
 # modules, dtypes): never evidence that two values hold one object.
 _NO_IDENTITY = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, type)
+_PLAIN_CONTAINERS = frozenset({list, dict, set, bytearray})
 _MEMBERS_MAX = 200_000  # past this many objects a group's members are not tracked
 
 
-def identities(objects: Any) -> set[int]:
-    """The ids of the objects in *objects* that have an identity worth keeping.
+def _mpl_artist() -> type | None:
+    module = sys.modules.get("matplotlib.artist")
+    return getattr(module, "Artist", None)
 
-    >>> shared = [1]; len(identities([shared, "text", 3, shared]))
+
+def identities(values: Any, skip: set[int] | None = None) -> set[int]:
+    """Evidence of what *values* hold: ids of the objects in them that have an identity.
+
+    A walk of the object graph (``gc.get_referents``, at most 200,000 objects) that neither
+    counts nor enters what every value shares: numbers, strings, tuples, types, functions,
+    modules' own objects, plain lists and dicts that libraries hand around (rc values), and
+    matplotlib's internals below an artist (transforms, paths, fonts).  A writeable array
+    also counts by the address of the memory it views.
+
+    >>> shared = [1]; box = type("Box", (), {})(); box.items = shared
+    >>> len(identities([box, "text", 3]))
     1
     """
     out: set[int] = set()
-    for obj in objects:
-        if isinstance(obj, (*_NO_IDENTITY, np.dtype, np.generic)) or callable(obj):
+    artist = _mpl_artist()
+    seen: set[int] = set(skip or ())  # (objects written as links: their insides are theirs)
+    todo: list[tuple[Any, bool]] = [(v, False) for v in values]
+    while todo:
+        obj, in_artist = todo.pop()
+        key = id(obj)
+        if key in seen:
             continue
+        seen.add(key)
+        if len(seen) > _MEMBERS_MAX:
+            break
+        if isinstance(obj, (tuple, frozenset)):  # no identity of its own; its items may
+            todo.extend((item, in_artist) for item in obj)
+            continue
+        if isinstance(obj, (*_NO_IDENTITY, np.dtype, np.generic, pickle.PickleBuffer)):
+            continue
+        if callable(obj) or isinstance(obj, types.ModuleType):
+            continue
+        if type(obj) is np.ndarray:
+            if obj.flags.writeable:  # read-only: a cache a library hands to everyone
+                out.add(key)
+                out.add(data_pointer(array_root(obj)))
+            if obj.dtype.hasobject:  # its items are objects (a DataFrame's text column)
+                todo.extend((item, in_artist) for item in obj.ravel(order="K")[:_MEMBERS_MAX])
+            continue
+        if artist is not None and type(obj).__module__.startswith("matplotlib"):
+            if not isinstance(obj, artist):
+                continue  # transforms, paths, fonts, colormaps: shared by every figure
+            in_artist = True
         if modrefs.lookup(obj) is not None:
             continue
-        out.add(id(obj))
-        if len(out) > _MEMBERS_MAX:
-            return set()
+        # Inside an artist, lists and dicts are often rc values every artist shares.
+        if not (in_artist and type(obj) in _PLAIN_CONTAINERS):
+            out.add(key)
+        todo.extend((child, in_artist) for child in gc.get_referents(obj))
     return out
 
 
@@ -626,11 +672,13 @@ def pickle_group(
         more = {**wanted, **{a: o for a, o in pickler.owners.items() if a in wanted}}
         first = _dump_group(values, links, check, {**by_address, **more})
     pickler, stream, buffers = first
-    held = identities(obj for _, obj in pickler.memo.copy().values())
+    reached = {id(obj) for _, obj in pickler.memo.copy().values()}
+    pickler.clear_memo()
+    linked = {i for i, token in (links or {}).items() if token in pickler.used}
+    held = identities(values.values(), linked)
     held.update(pickler.view_roots)  # addresses of the memory views elsewhere point into
-    held.update(pickler.owners)
     roots = [root for root, _, _ in pickler.view_roots.values()]
-    return PickledGroup(stream, buffers, pickler.used, held, roots)
+    return PickledGroup(stream, buffers, pickler.used, held, reached, roots)
 
 
 _ROOT_SLACK_MIN = (
@@ -679,10 +727,9 @@ def unpickle_group(
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
         return resolve(str(pid[1]))
 
-    seen: list[Any] = []
-    group = _unpickle(stream, buffers, persistent_load, seen)
+    group = _unpickle(stream, buffers, persistent_load)
     if not isinstance(group, dict):
         raise ValueError(f"a value group must be a dict, not {type(group).__name__}")
     if members is not None:
-        members.update(identities(seen))
+        members.update(identities(group.values()))
     return group

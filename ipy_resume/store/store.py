@@ -149,8 +149,13 @@ class Linker(Protocol):
         """*value* was just loaded for *token*."""
         ...
 
-    def holders(self, members: set[int]) -> dict[str, object]:
-        """Names (bound now) whose stored values also hold one of the objects *members*."""
+    def digest(self, value: object) -> str | None:
+        """The fingerprint to record for *value*, stored again as a holder (or None)."""
+        ...
+
+    def holders(self, members: set[int], reached: set[int] | None = None) -> dict[str, object]:
+        """Names (bound now) whose stored values share one of *members*, or whose object is
+        one of *reached* (ids of everything a new group holds)."""
         ...
 
 
@@ -182,6 +187,7 @@ class _Writer:
         self.links: dict[str, BlobRef] = {}
         self.members: set[int] = set()
         self.added: list[str] = []
+        self.added_values: dict[str, object] = {}
 
     def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
         self.current = self.blobs.path(address)
@@ -251,10 +257,11 @@ class _Writer:
             # Values of earlier checkpoints that hold an object these values hold (a list
             # whose items this cell changed, a pipeline whose step it fitted) are stored
             # again with them, so both names share that object after a restore too.
+            linked = {i for i, tok in links.items() if tok in group.links}
             more = {
                 f"v:{name}": obj
-                for name, obj in linker.holders(group.members).items()
-                if f"v:{name}" not in todo and f"v:{name}" not in hdf5
+                for name, obj in linker.holders(group.members, group.reached).items()
+                if f"v:{name}" not in todo and f"v:{name}" not in hdf5 and id(obj) not in linked
             }
             if more:
                 todo.update(more)
@@ -269,6 +276,7 @@ class _Writer:
                 if regrouped is not None:
                     group = regrouped
                     self.added = sorted(slot[2:] for slot in more if slot in todo)
+                    self.added_values = {slot[2:]: more[slot] for slot in more if slot in todo}
         self.members = group.members
         for tok in sorted(group.links - local):
             if linker is not None:
@@ -515,6 +523,14 @@ class Store:
                         failed[EXTRA_PREFIX + name] = str(exc)
                 writer.flush()
                 names = [*values, *(n for n in writer.added if n not in values)]
+                if writer.added and linker is not None:
+                    # so their fingerprints survive a restore like the cell's own values'
+                    recorded = dict(info_doc.get("fingerprints") or {})
+                    for name in writer.added:
+                        digest = linker.digest(writer.added_values[name])
+                        if digest is not None:
+                            recorded[name] = digest
+                    info_doc["fingerprints"] = recorded
                 value_refs = {n: writer.refs[f"v:{n}"] for n in names if f"v:{n}" in writer.refs}
                 extra_refs = {n: writer.refs[f"x:{n}"] for n in extras if f"x:{n}" in writer.refs}
                 m = Manifest(
