@@ -27,6 +27,7 @@ still hit, while a value the user then changes fingerprints as something new.
 from __future__ import annotations
 
 import os
+import sys
 import types
 import weakref
 from collections.abc import Mapping, MutableMapping
@@ -83,13 +84,22 @@ def fingerprints_of(values: Mapping[str, object]) -> dict[str, str]:
     fp = Fingerprinter()
     out: dict[str, str] = {}
     for name, value in values.items():
-        if codecs.array_blob_eligible(value):
+        if codecs.array_blob_eligible(value) or _exact_round_trip(value):
             continue
         try:
             out[name] = fp.digest(value).hex()
         except Unfingerprintable:
             continue
     return out
+
+
+def _exact_round_trip(value: object) -> bool:
+    """Arrays and pandas objects come back from a pickle exactly: no alias is needed, and
+    fingerprinting a large frame at every save would cost more than it could save."""
+    if isinstance(value, np.ndarray):
+        return True
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series))
 
 
 class SharedObjects:

@@ -617,8 +617,11 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
             if obj.flags.writeable:  # read-only: a cache a library hands to everyone
                 out.add(key)
                 out.add(data_pointer(array_root(obj)))
-            if obj.dtype.hasobject:  # its items are objects (a DataFrame's text column)
-                todo.extend((item, in_artist) for item in obj.ravel(order="K")[:_MEMBERS_MAX])
+            if obj.dtype.hasobject and obj.size:  # items are objects (a column of dicts)
+                items = obj.ravel(order="K")
+                # A column of strings or numbers has nothing to share: look at a sample first.
+                if not all(isinstance(x, _NO_IDENTITY) for x in items[:64]):
+                    todo.extend((item, in_artist) for item in items[:_MEMBERS_MAX])
             continue
         if artist is not None and type(obj).__module__.startswith("matplotlib"):
             if not isinstance(obj, artist):
