@@ -72,3 +72,25 @@ def test_a_generator_advanced_inside_a_function_is_restored(tmp_path: Path) -> N
     statuses = [c["stderr"] for c in second["cells"][:2]]
     assert all("restored" in s for s in statuses), statuses
     assert second["eval"] == first["eval"]
+
+
+def test_the_notebook_namespace_is_never_a_module_to_import_from() -> None:
+    # multiprocessing registers __main__ again as "__mp_main__": the notebook's own values
+    # must not be taken for module objects (they would be "restored" by importing __main__).
+    import sys
+    import types
+
+    class Box:
+        pass
+
+    main = sys.modules["__main__"]
+    box = Box()
+    box.__class__.__module__ = "somewhere"  # not a __main__ class, as library objects are
+    alias = types.ModuleType("__main__")
+    alias.box_marker = box  # type: ignore[attr-defined]
+    sys.modules["__mp_main__"] = alias
+    try:
+        assert modrefs.lookup(box) is None
+    finally:
+        sys.modules.pop("__mp_main__", None)
+    assert main is sys.modules["__main__"]
