@@ -237,7 +237,13 @@ class SharedObjects:
             if obj is MISSING or entry.name in out:
                 continue
             mine = id(obj)
-            if mine in members or mine in reached or not entry.members.isdisjoint(members):
+            if mine in members or mine in reached:
+                out[entry.name] = obj
+            # Recorded ids and addresses may belong to objects freed since (and reused): on a
+            # match, look again at what the value holds now before storing it again.
+            elif not entry.members.isdisjoint(members) and not codecs.identities([obj]).isdisjoint(
+                members
+            ):
                 out[entry.name] = obj
         return out
 
