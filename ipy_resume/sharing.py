@@ -102,6 +102,17 @@ def _exact_round_trip(value: object) -> bool:
     return pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series))
 
 
+def _holds(entry: _Entry, obj: object, members: set[int]) -> bool:
+    """Whether *obj* (an entry's value) holds one of the objects *members* now.
+
+    The ids and addresses recorded when it was saved may belong to objects freed since and
+    reused, so a match there is checked again against what the value holds today.
+    """
+    if entry.members.isdisjoint(members):
+        return False
+    return not codecs.identities([obj]).isdisjoint(members)
+
+
 class SharedObjects:
     """What this process knows of the objects one store holds (the store's ``Linker``).
 
@@ -236,14 +247,7 @@ class SharedObjects:
             obj = entry.get()
             if obj is MISSING or entry.name in out:
                 continue
-            mine = id(obj)
-            if mine in members or mine in reached:
-                out[entry.name] = obj
-            # Recorded ids and addresses may belong to objects freed since (and reused): on a
-            # match, look again at what the value holds now before storing it again.
-            elif not entry.members.isdisjoint(members) and not codecs.identities([obj]).isdisjoint(
-                members
-            ):
+            if id(obj) in members or id(obj) in reached or _holds(entry, obj, members):
                 out[entry.name] = obj
         return out
 
