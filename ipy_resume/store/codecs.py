@@ -573,7 +573,7 @@ class PickledGroup(Pickled):
 # modules, dtypes): never evidence that two values hold one object.
 _NO_IDENTITY = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, type)
 _PLAIN_CONTAINERS = frozenset({list, dict, set, bytearray})
-_MEMBERS_MAX = 200_000  # past this many objects a group's members are not tracked
+_MEMBERS_MAX = 20_000  # objects walked per save or restore to find what values share (~0.1 s)
 
 
 def _mpl_artist() -> type | None:
@@ -584,10 +584,11 @@ def _mpl_artist() -> type | None:
 def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     """Evidence of what *values* hold: ids of the objects in them that have an identity.
 
-    A walk of the object graph (``gc.get_referents``, at most 200,000 objects) that neither
-    counts nor enters what every value shares: numbers, strings, tuples, types, functions,
-    modules' own objects, plain lists and dicts that libraries hand around (rc values), and
-    matplotlib's internals below an artist (transforms, paths, fonts).  A writeable array
+    A walk of the object graph (``gc.get_referents``, at most 20,000 objects) that neither
+    counts nor enters what every value shares: numbers, strings, types, functions, modules'
+    own objects, read-only arrays, and matplotlib's internals below an artist (transforms,
+    paths, fonts).  Tuples are entered but not counted; plain lists and dicts inside an
+    artist are not counted (they are often rc values every artist shares).  A writeable array
     also counts by the address of the memory it views.
 
     >>> shared = [1]; box = type("Box", (), {})(); box.items = shared
