@@ -94,10 +94,9 @@ def fingerprints_of(values: Mapping[str, object]) -> dict[str, str]:
 
 
 def _exact_round_trip(value: object) -> bool:
-    """Arrays and pandas objects come back from a pickle exactly: no alias is needed, and
-    fingerprinting a large frame at every save would cost more than it could save."""
-    if isinstance(value, np.ndarray):
-        return True
+    """pandas objects come back from a pickle exactly: no alias is needed, and digesting a
+    large frame at every save would cost more than it could save.  (Arrays are digested:
+    hashing is cheap next to writing them, and the digest lets a later cell link to them.)"""
     pandas = sys.modules.get("pandas")
     return pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series))
 
@@ -242,13 +241,21 @@ class SharedObjects:
         reached = reached or set()
         if not members and not reached:
             return {}
-        out: dict[str, object] = {}
-        for entry in self._entries.values():
+        matched: set[str] = set()  # checkpoints with a value that holds one of them
+        for tok, entry in self._entries.items():
             obj = entry.get()
-            if obj is MISSING or entry.name in out:
+            if obj is MISSING:
                 continue
             if id(obj) in members or id(obj) in reached or _holds(entry, obj, members):
-                out[entry.name] = obj
+                matched.add(tok.partition("/")[0])
+        # All the names of such a checkpoint, not only the one that matched: they share
+        # objects among themselves, and storing one of them again alone would part it from
+        # the others on a restore.
+        out: dict[str, object] = {}
+        for tok, entry in self._entries.items():
+            obj = entry.get()
+            if obj is not MISSING and tok.partition("/")[0] in matched:
+                out.setdefault(entry.name, obj)
         return out
 
     def digest(self, value: object) -> str | None:
