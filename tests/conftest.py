@@ -47,6 +47,18 @@ def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def python_output(code: str, seed: str, cwd: Path) -> str:
+    """Run *code* in a fresh interpreter with ``PYTHONHASHSEED=seed``; return its stdout."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(cwd))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Show the reliability suite's figures (kills, positions, detected, lost) in every run."""
     import reliability_report

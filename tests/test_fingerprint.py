@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import python_output
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -1266,17 +1267,8 @@ IN_PROCESS = ("set", "frozenset", "dict", "nested", "frame", "array")
 
 
 def child_digests(seed: str) -> dict[str, str]:
-    env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return dict(line.split() for line in proc.stdout.splitlines())
+    out = python_output(CHILD, seed, REPO)
+    return dict(line.split() for line in out.splitlines())
 
 
 def test_equal_across_processes_and_hash_seeds() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import python_output
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
@@ -99,19 +100,7 @@ def test_same_figure_in_two_processes() -> None:
         "fig.canvas.draw()\n"
         "print(fingerprint(fig).hex(), fingerprint(hist).hex())\n"
     )
-    outputs = []
-    for seed in ("0", "7"):
-        env = dict(os.environ, PYTHONHASHSEED=seed)
-        proc = subprocess.run(
-            [sys.executable, "-c", code],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, proc.stderr
-        outputs.append(proc.stdout.split())
+    outputs = [python_output(code, seed, REPO).split() for seed in ("0", "7")]
     assert outputs[0] == outputs[1]
     assert outputs[0][:2] == outputs[0][2:]  # drawn or not
     fig, hist = build()
