@@ -261,7 +261,7 @@ class Engine:
             parts[f"input:{name}"] = digests[name].hex()
         for path in opts.deps:
             parts[f"deps:{path}"] = _file_digest(Path(path))
-        if settings.draws(source, (namespace[n] for n in names if n in namespace)):
+        if settings.draws(namespace[n] for n in names if n in namespace):
             style = settings.rcparams_digest()
             if style is not None:
                 parts["settings:matplotlib"] = style
@@ -375,9 +375,7 @@ class Engine:
         has_result = bool(manifest.info.get("has_result"))
         value = extras.get("result") if has_result else None
         shown = extras.get("shown")
-        show = getattr(host, "show_result", None)
-        if has_result and isinstance(shown, tuple) and show is not None:
-            show(value, shown)
+        if has_result and isinstance(shown, tuple) and _show(host, value, shown):
             return (None,)  # shown already: the front end must not show it again
         return (value,)
 
@@ -404,7 +402,7 @@ class Engine:
         duration = time.perf_counter() - started
         rng_state = rng.snapshot()
 
-        names, deleted, mutated = self._outputs(namespace, plan, opts, before, reached)
+        names, deleted, mutated, after = self._outputs(namespace, plan, opts, before, reached)
         values = {name: namespace[name] for name in names}
         extras: dict[str, Any] = {"outputs": result.record, "rng": rng_state}
         changed_settings = settings.changes(settings_before, settings.snapshot())
@@ -434,7 +432,7 @@ class Engine:
                 "has_result": result.has_value,
             },
             "names": {name: summarize(value) for name, value in values.items()},
-            "fingerprints": fingerprints_of(values),
+            "fingerprints": fingerprints_of(values, after),
             "mutated": sorted(mutated),
             "deleted": sorted(deleted),
             "duration": duration,
@@ -508,11 +506,13 @@ class Engine:
             detail="; ".join(f"{n}: {r}" for n, r in sorted(failed.items())),
         )
         self.record(outcome, opts.cell_id, host)
-        show = getattr(host, "show_result", None)
-        if result.has_value and result.shown is not None and show is not None:
-            # Shown from the recorded data, so a later restore shows exactly this (a repr
-            # may count, like scikit-learn's HTML ids, or hold a memory address).
-            show(result.value, result.shown)
+        # Shown from the recorded data, so a later restore shows exactly this (a repr may
+        # count, like scikit-learn's HTML ids, or hold a memory address).
+        if (
+            result.has_value
+            and result.shown is not None
+            and _show(host, result.value, result.shown)
+        ):
             return None
         return result.value if result.has_value else None
 
@@ -529,23 +529,28 @@ class Engine:
         opts: CheckpointOptions,
         before: set[str],
         reached: dict[str, bytes],
-    ) -> tuple[list[str], list[str], list[str]]:
-        """Names to store, names the cell removed, and inputs it changed in place.
+    ) -> tuple[list[str], list[str], list[str], dict[str, bytes]]:
+        """Names to store, names the cell removed, inputs it changed in place, and the
+        fingerprints of those inputs after the run.
 
         *reached* are the fingerprints, before the run, of the globals the cell's notebook
         functions reach: those changed (a generator a function advanced) are stored too.
         """
         assert plan.analysis is not None
         mutated: list[str] = []
+        after: dict[str, bytes] = {}
         fingerprinter = Fingerprinter()
         for name, digest in [*plan.input_digests.items(), *reached.items()]:
             if name in plan.analysis.outputs or name not in namespace:
                 continue
             try:
-                if fingerprinter.digest(namespace[name]) != digest:
-                    mutated.append(name)
+                now = fingerprinter.digest(namespace[name])
             except Unfingerprintable:
                 mutated.append(name)
+                continue
+            if now != digest:
+                mutated.append(name)
+                after[name] = now
         bound = set(plan.analysis.outputs) | set(mutated)
         if opts.outputs is not None:
             bound = set(opts.outputs)
@@ -556,7 +561,7 @@ class Engine:
         )
         candidates = set(plan.analysis.deleted) | (set(plan.analysis.outputs) & before)
         deleted = sorted(name for name in candidates if name not in namespace)
-        return names, deleted, mutated
+        return names, deleted, mutated, after
 
     def explain(self, cell_id: str, plan: Plan) -> str:
         """Say which part of the key differs from the nearest earlier checkpoint of *cell_id*.
@@ -640,6 +645,15 @@ def summarize(value: Any) -> dict[str, Any]:
     elif isinstance(value, (list, tuple, dict, set, frozenset, str, bytes)):
         summary["len"] = len(value)
     return summary
+
+
+def _show(host: Host, value: Any, shown: tuple[dict[str, Any], dict[str, Any]]) -> bool:
+    """Show a result from its recorded data where the host can; False when it cannot."""
+    show = getattr(host, "show_result", None)
+    if show is None:
+        return False
+    show(value, shown)
+    return True
 
 
 def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str, bytes]:

@@ -248,7 +248,7 @@ def rcparams_digest() -> str | None:
 _DRAWING_MODULES = ("matplotlib", "seaborn", "mpl_toolkits")
 
 
-def draws(source: str, inputs: Iterable[Any]) -> bool:
+def draws(inputs: Iterable[Any]) -> bool:
     """Whether a cell draws on matplotlib state it reads: its rcParams then join its key.
 
     True when the cell reads a matplotlib or seaborn module or object (``plt``, ``sns``,
@@ -256,7 +256,7 @@ def draws(source: str, inputs: Iterable[Any]) -> bool:
     its source instead (the same code starts from the same rcParams only after the same
     earlier cells, which its inputs already key).
 
-    >>> import matplotlib; draws("ax.plot(x)", [matplotlib])
+    >>> import matplotlib; draws([matplotlib])
     True
     """
     if "matplotlib" not in sys.modules:

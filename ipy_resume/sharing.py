@@ -37,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fingerprint
-from .fingerprint import Fingerprinter, Unfingerprintable
+from .fingerprint import Fingerprinter, Unfingerprintable, register_alias
 from .store import Manifest, blobs, codecs
 from .store.manifest import BlobRef
 from .store.store import MISSING, token
@@ -75,8 +74,12 @@ def _hold(obj: object) -> Any:
         return obj
 
 
-def fingerprints_of(values: Mapping[str, object]) -> dict[str, str]:
-    """Hex fingerprints of the values the store will pickle (arrays round-trip exactly).
+def fingerprints_of(
+    values: Mapping[str, object], known: Mapping[str, bytes] | None = None
+) -> dict[str, str]:
+    """Hex fingerprints of the values the store will pickle (HDF5 arrays round-trip exactly).
+
+    *known* holds digests computed already (of inputs the cell changed, say).
 
     >>> fingerprints_of({"a": [1, 2], "big": np.zeros(1 << 20)}).keys()
     dict_keys(['a'])
@@ -85,6 +88,9 @@ def fingerprints_of(values: Mapping[str, object]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in values.items():
         if codecs.array_blob_eligible(value) or _exact_round_trip(value):
+            continue
+        if known is not None and name in known:
+            out[name] = known[name].hex()
             continue
         try:
             out[name] = fp.digest(value).hex()
@@ -169,20 +175,20 @@ class SharedObjects:
     def restored(self, manifest: Manifest, values: Mapping[str, object]) -> None:
         """Make the fingerprints of *values* (restored from *manifest*) stand for the saved ones.
 
-        Costs one fingerprint per pickled value; arrays round-trip exactly and are skipped.
+        Costs one fingerprint per pickled value other than an array (arrays round-trip exactly).
         """
         saved = manifest.info.get("fingerprints") or {}
         fp = Fingerprinter()
         for name, value in values.items():
             digest = saved.get(name)
-            if not isinstance(digest, str) or codecs.array_blob_eligible(value):
-                continue
+            if not isinstance(digest, str) or isinstance(value, np.ndarray):
+                continue  # arrays round-trip exactly
             try:
                 now = fp.digest(value)
             except Unfingerprintable:
                 continue
             if now.hex() != digest:
-                fingerprint.register_alias(now, bytes.fromhex(digest))
+                register_alias(now, bytes.fromhex(digest))
 
     # ---- the store's Linker protocol -----------------------------------------------------
 
@@ -232,10 +238,6 @@ class SharedObjects:
 
     def live(self, tok: str) -> object:
         return self._entries[tok].get() if tok in self._entries and self.check(tok) else MISSING
-
-    def loaded(self, tok: str, value: object) -> None:
-        # An object loaded for a link is not bound to a name: nothing to remember.
-        return None
 
     def holders(self, members: set[int], reached: set[int] | None = None) -> dict[str, object]:
         reached = reached or set()

@@ -394,23 +394,14 @@ class _Pickler(cloudpickle.CloudPickler):
 
 
 def _unpickle(
-    stream: Any,
-    buffers: list[Any],
-    persistent_load: Callable[[Any], object] | None = None,
-    seen: list[Any] | None = None,
+    stream: Any, buffers: list[Any], persistent_load: Callable[[Any], object] | None = None
 ) -> object:
-    """The single place where bytes reach the unpickler (tests patch it).
-
-    With *seen*, the objects the stream memoised are appended to it.
-    """
+    """The single place where bytes reach the unpickler (tests patch it)."""
     if persistent_load is None:
         return pickle.loads(stream, buffers=buffers)
     unpickler = pickle.Unpickler(io.BytesIO(stream), buffers=buffers)
     unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
-    value = unpickler.load()
-    if seen is not None:
-        seen.extend(unpickler.memo.copy().values())
-    return value
+    return unpickler.load()
 
 
 def unpickle_value(stream: Any, buffers: list[Any]) -> object:

@@ -145,10 +145,6 @@ class Linker(Protocol):
         """The live, unchanged object of *token*, or :data:`MISSING`."""
         ...
 
-    def loaded(self, token: str, value: object) -> None:
-        """*value* was just loaded for *token*."""
-        ...
-
     def digest(self, value: object) -> str | None:
         """The fingerprint to record for *value*, stored again as a holder (or None)."""
         ...
@@ -186,8 +182,8 @@ class _Writer:
         self._pending: list[tuple[dict[str, str | None], int, int, tuple[BlobRef, ...]]] = []
         self.links: dict[str, BlobRef] = {}
         self.members: set[int] = set()
-        self.added: list[str] = []
-        self.added_values: dict[str, object] = {}
+        # values of earlier checkpoints stored again with this one (see Linker.holders)
+        self.added: dict[str, object] = {}
 
     def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
         self.current = self.blobs.path(address)
@@ -275,11 +271,10 @@ class _Writer:
                 regrouped = self._pickle_group(todo, links, check, bases, failed)
                 if regrouped is not None:
                     group = regrouped
-                    self.added = sorted(slot[2:] for slot in more if slot in todo)
-                    self.added_values = {slot[2:]: more[slot] for slot in more if slot in todo}
+                    self.added = {slot[2:]: obj for slot, obj in more.items() if slot in todo}
         self.members = group.members
-        for tok in sorted(group.links - local):
-            if linker is not None:
+        if linker is not None:
+            for tok in sorted(group.links - local):
                 self.links.update(linker.refs(tok))
         self._add_stream("", group, members=list(todo))
         return failed
@@ -527,7 +522,7 @@ class Store:
                     # so their fingerprints survive a restore like the cell's own values'
                     recorded = dict(info_doc.get("fingerprints") or {})
                     for name in writer.added:
-                        digest = linker.digest(writer.added_values[name])
+                        digest = linker.digest(writer.added[name])
                         if digest is not None:
                             recorded[name] = digest
                     info_doc["fingerprints"] = recorded
@@ -560,7 +555,7 @@ class Store:
         except OSError as exc:
             raise self._save_error(cell_id, exc, writer.current) from exc
         return SaveResult(
-            m, failed, writer.bytes_written + manifest_bytes, writer.added, writer.members
+            m, failed, writer.bytes_written + manifest_bytes, sorted(writer.added), writer.members
         )
 
     @staticmethod
@@ -797,8 +792,6 @@ class Store:
             if ref is None:
                 raise ValueError(f"the link {tok!r} is not listed in the manifest")
             known = self._decode(m, name, ref, cache, linker)
-            if linker is not None:
-                linker.loaded(tok, known)
         cache[("object", tok)] = known
         return known
 
