@@ -112,6 +112,20 @@ def targets(samples: Samples) -> list[Target]:
             1000 * m("5", "ipy_resume", "hit_overhead_s"),
             3.0,
         ),
+        t_abs(
+            "W5 recording the files a cell reads, per miss (ms)",
+            1000
+            * (
+                m("5", "ipy_resume", "miss_overhead_s")
+                - m("5", "ipy_resume", "miss_overhead_no_file_deps_s")
+            ),
+            1.0,
+        ),
+        t_abs(
+            "W5 check of 100 unchanged files before a hit (ms)",
+            1000 * m("5", "ipy_resume", "check_100_files_s"),
+            5.0,
+        ),
     ]
     return out
 

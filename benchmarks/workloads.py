@@ -15,6 +15,8 @@ plain cell run right before it, i.e. what persisting cost on top of the work.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -576,8 +578,35 @@ def w5_main(ctx: Ctx) -> None:
                 hit = run(shell, cache(tmp / f"c{i}.pkl", f"c{i}", w5_body(i)), "ipycache hit")
                 rec.add("ipycache", "hit_overhead_s", hit - plain[i])
             run(shell, f"del {names}")
+        # The same misses with the file-read recording off: the recording's own cost.
+        for i in range(cells):
+            miss = run(shell, ck(f"n{i}", w5_body(i), "--no-file-deps"), "ipy_resume miss")
+            rec.add(IR, "miss_overhead_no_file_deps_s", miss - plain[i])
+        run(shell, f"del {names}")
+        files_check(ctx, tmp)
         rmtree(tmp)
     close_shell(shell)
+
+
+def files_check(ctx: Ctx, tmp: Path, count: int = 100) -> None:
+    """The check before a hit of a cell that read *count* unchanged files, against the
+    same number of bare ``os.stat`` calls."""
+    from ipy_resume import file_deps
+
+    folder = tmp / "files"
+    folder.mkdir()
+    paths = [folder / f"part-{i:03d}.csv" for i in range(count)]
+    for i, path in enumerate(paths):
+        path.write_text(f"{i},{i * 2}\n" * 200)
+    record = {"files": [file_deps.file_identity(str(p), str(tmp), 1 << 30) for p in paths]}
+    for _ in range(21):
+        started = time.perf_counter()
+        check(file_deps.changed(record, str(tmp)) is None, "unchanged files reported changed")
+        ctx.rec.add(IR, "check_100_files_s", time.perf_counter() - started)
+        started = time.perf_counter()
+        for path in paths:
+            os.stat(path)
+        ctx.rec.add(BASE, "stat_100_files_s", time.perf_counter() - started)
 
 
 def w5_kishu(ctx: Ctx) -> None:

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import xxhash
-
-from . import restoring, rng, settings
+from . import file_deps, restoring, rng, settings
 from .analysis import AnalysisError, CellAnalysis, analyze
 from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
@@ -36,7 +34,6 @@ from .units import format_size
 FORMAT_VERSION = "1"
 ABSENT = "absent"
 PREFIX = "ipy_resume: "
-_DEPS_CHUNK = 16 << 20
 
 
 @dataclass
@@ -54,6 +51,7 @@ class CheckpointOptions:
     outputs: list[str] | None = None
     deps: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    no_file_deps: bool = False  # do not record the files the cell reads
     seed: int | None = None
     no_seed: bool = False
     salt: str = ""
@@ -99,6 +97,7 @@ class Plan:
     input_digests: dict[str, bytes]
     seed: int | None
     problem: str | None = None  # why no key could be made: the cell always executes
+    stale: str | None = None  # a checkpoint has this key, but a file it read changed
 
 
 @dataclass
@@ -127,6 +126,7 @@ class ActiveCell:
     namespace: MutableMapping[str, Any]
     host: Host
     loops: int = 0  # resumable loops started so far in this run
+    reads: file_deps.Recorder | None = None  # the files read so far, for loop saves
 
 
 _active: ActiveCell | None = None
@@ -260,7 +260,7 @@ class Engine:
                 return Plan(analysis, None, parts, digests, seed, problem=problem)
             parts[f"input:{name}"] = digests[name].hex()
         for path in opts.deps:
-            parts[f"deps:{path}"] = _file_digest(Path(path))
+            parts[f"deps:{path}"] = file_deps.file_digest(path) or "missing"
         if settings.draws(namespace[n] for n in names if n in namespace):
             style = settings.rcparams_digest()
             if style is not None:
@@ -303,7 +303,9 @@ class Engine:
             restored = self._try_restore(namespace, plan, opts, host)
             if restored is not None:
                 return restored[0]
-            if opts.explain:
+            if plan.stale and not opts.quiet:
+                host.message(f"{PREFIX}'{opts.cell_id}' executes: {plan.stale}")
+            elif opts.explain:
                 host.message(f"{PREFIX}{self.explain(opts.cell_id, plan)}")
         return self._execute_and_save(namespace, plan, opts, host)
 
@@ -317,9 +319,18 @@ class Engine:
         assert plan.key is not None
         started = time.perf_counter()
         manifest = None
+        stale: list[str] = []
+
+        def fresh(m: Any) -> bool:
+            reason = file_deps.changed(m.info.get("file_deps") or {})
+            if reason is not None and not stale:
+                stale.append(f"{reason} since checkpoint {m.id}")
+            return reason is None
+
         try:
-            manifest = self.store.find(opts.cell_id, plan.key)
+            manifest = self.store.find(opts.cell_id, plan.key, accept=fresh)
             if manifest is None:
+                plan.stale = stale[0] if stale else None
                 return None
             loaded = restoring.load(self.store, manifest)
         except StoreError as exc:
@@ -394,13 +405,21 @@ class Engine:
         self._seed(plan)
         started = time.perf_counter()
         global _active
-        outer, _active = _active, ActiveCell(self, opts.cell_id, plan.key, namespace, host)
+        reads = (
+            contextlib.nullcontext()
+            if opts.no_file_deps
+            else file_deps.recording(ignore=[str(self.store.root)])
+        )
+        outer = _active
         try:
-            result = host.run()  # the cell's own exception propagates: nothing is stored
+            with reads as recorder:
+                _active = ActiveCell(self, opts.cell_id, plan.key, namespace, host, reads=recorder)
+                result = host.run()  # the cell's own exception propagates: nothing is stored
         finally:
             _active = outer
         duration = time.perf_counter() - started
         rng_state = rng.snapshot()
+        files_read = recorder.identities() if recorder is not None else {}
 
         names, deleted, mutated, after = self._outputs(namespace, plan, opts, before, reached)
         values = {name: namespace[name] for name in names}
@@ -439,8 +458,15 @@ class Engine:
             "seed": plan.seed,
             "has_result": result.has_value,
             "session": self.session,
-            "options": {"files": opts.files, "deps": opts.deps, "salt": opts.salt},
+            "options": {
+                "files": opts.files,
+                "deps": opts.deps,
+                "salt": opts.salt,
+                "file_deps": not opts.no_file_deps,
+            },
         }
+        if files_read:
+            info["file_deps"] = files_read
         save_started = time.perf_counter()
         shared = shared_objects(self.store.root)
         shared.forget_checks()
@@ -701,17 +727,6 @@ def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str,
 
 def _is_closed_file(value: Any) -> bool:
     return isinstance(value, io.IOBase) and value.closed
-
-
-def _file_digest(path: Path) -> str:
-    hasher = xxhash.xxh3_128()
-    try:
-        with path.open("rb") as fh:
-            while chunk := fh.read(_DEPS_CHUNK):
-                hasher.update(chunk)
-    except OSError:
-        return "missing"
-    return hasher.hexdigest()
 
 
 def _seconds(value: float) -> str:

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
-from . import restoring, rng
+from . import file_deps, restoring, rng
 from .capture import live_stderr
 from .engine import PREFIX, ActiveCell, active_cell
-from .store import StoreError
+from .store import Manifest, StoreError
 
 T = TypeVar("T")
 
@@ -128,8 +128,17 @@ class _LoopRun:
     def _resume(self) -> int:
         store = self.cell.engine.store
         try:
-            manifest = store.find(self.cell.cell_id, self.key)
+            stale: list[str] = []
+
+            def fresh(m: Manifest) -> bool:
+                stale.append(file_deps.changed(m.info.get("file_deps") or {}) or "")
+                return not stale[-1]
+
+            manifest = store.find(self.cell.cell_id, self.key, accept=fresh)
             if manifest is None:
+                if any(stale):
+                    reason = next(r for r in stale if r)
+                    self._say(f"{reason} since the loop's progress was saved; it starts over.")
                 return 0
             loaded = restoring.load(store, manifest)
         except StoreError as exc:
@@ -165,6 +174,9 @@ class _LoopRun:
             "session": self.cell.engine.session,
             "names": {},
         }
+        files_read = self.cell.reads.identities() if self.cell.reads is not None else {}
+        if files_read:  # resuming is only right while they are unchanged
+            info["file_deps"] = files_read
         try:
             result = self.cell.engine.store.save(
                 self.cell.cell_id, self.key, values, extras={"rng": rng.snapshot()}, info=info

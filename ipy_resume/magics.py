@@ -186,6 +186,11 @@ class CheckpointMagics(Magics):
         help="files the cell writes: stored and restored",
     )
     @argument(
+        "--no-file-deps",
+        action="store_true",
+        help="do not record the files the cell reads (e.g. a log that changes every run)",
+    )
+    @argument(
         "--seed", type=int, metavar="N", help="seed random/numpy/torch with N before executing"
     )
     @argument("--no-seed", action="store_true", help="do not seed the random generators")
@@ -234,6 +239,7 @@ class CheckpointMagics(Magics):
             outputs=_names(args.outputs, "--outputs") if args.outputs is not None else None,
             deps=list(args.deps),
             files=list(args.files),
+            no_file_deps=args.no_file_deps,
             seed=args.seed,
             no_seed=args.no_seed,
             salt=args.salt,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from . import file_deps
 from .store import Manifest
 from .store.journal import Event
 from .units import format_size
@@ -79,6 +80,7 @@ def describe(manifest: Manifest) -> dict[str, Any]:
         "deleted": manifest.info.get("deleted", []),
         "outputs": manifest.info.get("output_summary", {}),
         "key_parts": manifest.info.get("key_parts", {}),
+        "file_deps": manifest.info.get("file_deps", {}),
         "versions": manifest.versions,
     }
 
@@ -159,6 +161,10 @@ def details_text(details: dict[str, Any]) -> str:
             f"{outputs.get('stderr_chars', 0)} chars stderr, {outputs.get('displays', 0)} displays, "
             f"{'a' if outputs.get('has_result') else 'no'} result value"
         )
+    read = file_deps.describe(details.get("file_deps") or {})
+    if read:
+        lines.append("files read (a change makes the cell execute):")
+        lines += [f"  {line}" for line in read]
     lines.append("key parts:")
     for part, digest in sorted(details.get("key_parts", {}).items()):
         lines.append(f"  {part:<24} {str(digest)[:32]}")

@@ -22,7 +22,7 @@ import os
 import platform
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -673,8 +673,14 @@ class Store:
             path=rel,
         )
 
-    def find(self, cell_id: str, key: str) -> Manifest | None:
+    def find(
+        self, cell_id: str, key: str, accept: Callable[[Manifest], bool] | None = None
+    ) -> Manifest | None:
         """The newest complete, verified checkpoint of (cell_id, key), or None.
+
+        *accept*, when given, must also hold: the engine passes a check that the
+        files the cell read are unchanged, so an older checkpoint whose files match
+        the disk again is found.
 
         Manifests that cannot be trusted or read are skipped in favour of an
         older good one; when there is none, the error of the newest bad one is
@@ -695,7 +701,7 @@ class Store:
             wrong = self._misfiled(m, cell_id, key)
             if wrong is not None:
                 problem = problem or wrong
-            elif m.complete:
+            elif m.complete and (accept is None or accept(m)):
                 return m
         if problem is not None:
             raise problem

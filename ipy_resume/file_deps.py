@@ -1,0 +1,546 @@
+"""The files a cell reads, recorded while it executes and checked before a hit.
+
+A checkpoint is only as fresh as the data files its cell read. Python's audit
+hooks report every ``open``, ``os.listdir`` and ``os.scandir`` made from Python
+code, whatever library makes it (pandas, numpy, json, PIL, pickle, ...), so the
+engine records them while a ``%%checkpoint`` cell executes, stores each file's
+identity (size, mtime, an xxh3 digest of its bytes) and each listed folder's
+names in the manifest, and hits only while all of them are unchanged.
+
+Libraries that open files from C are invisible to audit hooks; ``READERS`` wraps
+the ones this module knows (h5py, pyarrow's parquet/feather/csv readers). Files a
+subprocess reads stay invisible: ``--deps`` names them.
+
+An audit hook cannot be removed once added, so a single hook is added the first
+time a cell is recorded and does nothing while no recording is active.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import site
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import xxhash
+
+from .units import format_size
+
+_CHUNK = 16 << 20
+# Bigger files are compared by size and mtime only: hashing them at every save and
+# every changed-mtime check would cost more than most cells they feed.
+DEFAULT_HASH_LIMIT = 1 << 30
+# Folder listings longer than this are kept as a digest only (``show`` gives the count).
+_NAMES_KEPT = 200
+_WATCHED = frozenset({"open", "os.listdir", "os.scandir", "sqlite3.connect"})
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Files the interpreter, not the cell, reads: module sources and byte code (imports),
+# package metadata, source lines for tracebacks and warnings.
+_STDLIB_MACHINERY = tuple(
+    _STDLIB + name for name in ("importlib" + os.sep, "linecache.py", "tokenize.py", "zipimport.py")
+)
+_SYSTEM = ("/proc", "/sys", "/dev", "/usr", "/etc", "/run", "/lib", "/bin", "/sbin")
+
+
+def hash_limit() -> int:
+    """Files larger than this many bytes are compared by size and mtime only.
+
+    ``$IPY_RESUME_FILE_HASH_LIMIT`` (bytes) overrides the default of 1 GiB.
+
+    >>> hash_limit() > 0
+    True
+    """
+    raw = os.environ.get("IPY_RESUME_FILE_HASH_LIMIT", "")
+    try:
+        return max(int(raw), 0) if raw else DEFAULT_HASH_LIMIT
+    except ValueError:
+        return DEFAULT_HASH_LIMIT
+
+
+def file_digest(path: str | os.PathLike[str]) -> str | None:
+    """xxh3-128 of a file's bytes, streamed; None when it cannot be read.
+
+    >>> file_digest("/nonexistent") is None
+    True
+    """
+    hasher = xxhash.xxh3_128()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                hasher.update(chunk)
+    except OSError:
+        return None
+    return hasher.hexdigest()
+
+
+# ---- recording ------------------------------------------------------------------------------
+
+
+class Recorder:
+    """What one executing cell read, wrote and listed, as absolute paths in order.
+
+    >>> with recording(ignore=["/tmp/store"]) as rec:  # doctest: +SKIP
+    ...     open("data.csv").read()
+    >>> rec.read  # doctest: +SKIP
+    ['/home/me/data.csv']
+    """
+
+    def __init__(self, ignore: list[str]) -> None:
+        self.ignore = _roots(tuple(ignore), "matplotlib" in sys.modules)
+        self._read: dict[str, None] = {}
+        self._listed: dict[str, None] = {}
+        self.written: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def read(self) -> list[str]:
+        return list(self._read)
+
+    @property
+    def listed(self) -> list[str]:
+        return list(self._listed)
+
+    def _skip(self, path: str) -> bool:
+        return (
+            (path + os.sep).startswith(self.ignore)
+            or f"{os.sep}__pycache__{os.sep}" in path
+            or path.endswith((".pyc", ".pyo"))
+        )
+
+    def opened(self, path: str, writes: bool) -> None:
+        """Note an open: a file written before it is read is the cell's own output."""
+        if self._skip(path):
+            return
+        with self._lock:
+            if writes:
+                self.written.add(path)  # read earlier: still an input, recorded as left
+            elif path not in self.written:
+                self._read.setdefault(path, None)
+
+    def listed_dir(self, path: str) -> None:
+        if not self._skip(path):
+            with self._lock:
+                self._listed.setdefault(path, None)
+
+    def identities(self, base: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The manifest record: each file read and each folder listed, as they are now
+        (empty when there is none).
+
+        Taken when the cell has finished, so a file the cell read and then rewrote is
+        recorded as the cell left it.
+        """
+        base = base or os.getcwd()
+        limit = hash_limit()
+        files = [file_identity(p, base, limit) for p in self.read if not os.path.isdir(p)]
+        folders = [dir_identity(p, base) for p in self.listed]
+        return {"files": files, "dirs": folders} if files or folders else {}
+
+
+_stack: list[Recorder] = []
+_hooked = False
+_hook_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def recording(ignore: list[str]) -> Iterator[Recorder]:
+    """Record the files read while the block runs; *ignore* adds roots to leave out.
+
+    >>> with recording(ignore=[]) as rec:
+    ...     _ = os.listdir(".")
+    >>> rec.listed == [os.path.abspath(".")]
+    True
+    """
+    _ensure_hook()
+    _wrap_readers()
+    recorder = Recorder(ignore)
+    _stack.append(recorder)
+    try:
+        yield recorder
+    finally:
+        with contextlib.suppress(ValueError):
+            _stack.remove(recorder)
+
+
+def _ensure_hook() -> None:
+    global _hooked
+    with _hook_lock:
+        if not _hooked:
+            sys.addaudithook(_audit)
+            # first in line, so a reader module imported later (pandas imports pyarrow
+            # inside read_parquet) is wrapped before the call that imported it reads
+            sys.meta_path.insert(0, _ReaderImports())
+            _hooked = True
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    # Called for every audit event in the process (``id()`` raises one), so the idle
+    # path is two cheap tests.
+    if not _stack or event not in _WATCHED:
+        return
+    try:
+        if _machinery():
+            return
+        if event == "open":
+            path, _mode, flags = args
+            if isinstance(path, int):
+                return
+            writes = bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
+            _note(path, writes)
+        elif event == "sqlite3.connect":
+            target = args[0]
+            if isinstance(target, (str, bytes, os.PathLike)) and os.fsdecode(target) != ":memory:":
+                _note(target, False)
+        else:
+            target = args[0] if args else None
+            if isinstance(target, int):
+                return
+            absolute = os.path.abspath(os.fsdecode(target) if target is not None else ".")
+            for recorder in _stack:
+                recorder.listed_dir(absolute)
+    except Exception:  # a recording problem must never fail the user's open
+        return
+
+
+def _note(path: Any, writes: bool) -> None:
+    absolute = os.path.abspath(os.fsdecode(os.fspath(path)))
+    for recorder in _stack:
+        recorder.opened(absolute, writes)
+
+
+def _machinery() -> bool:
+    """Whether the open is made for the interpreter or for ipy_resume, not for the cell.
+
+    The innermost frames are walked outwards past the standard library: the import
+    system, ``importlib.metadata`` (which lists every ``sys.path`` folder), and source
+    lookups for tracebacks are machinery; the first frame outside the standard library
+    decides otherwise: ipy_resume's own (a loop's periodic save) or the cell's.
+    """
+    frame: types.FrameType | None = sys._getframe(2)  # 1 is the hook, 2 the caller of open
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith("<frozen "):
+            if name.startswith(("<frozen importlib", "<frozen zipimport")):
+                return True
+        elif name.startswith(_OWN):
+            return True
+        elif name.startswith(_STDLIB):
+            if name.startswith(_STDLIB_MACHINERY):
+                return True
+        else:
+            return False
+        frame = frame.f_back
+    return False
+
+
+@functools.lru_cache(maxsize=8)
+def _roots(extra: tuple[str, ...], _matplotlib: bool) -> tuple[str, ...]:
+    # computed again once matplotlib is imported, since its folders join the list
+    return tuple(_ignored_roots(list(extra)))
+
+
+def _ignored_roots(extra: list[str]) -> Iterator[str]:
+    """Folders whose files are never a cell's data: the store, Python, Jupyter's own."""
+    roots: list[str] = [*extra, *_SYSTEM]
+    roots += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    with contextlib.suppress(Exception):
+        roots += site.getsitepackages()
+        roots.append(site.getusersitepackages())
+    roots.append(os.environ.get("IPYTHONDIR") or os.path.expanduser("~/.ipython"))
+    with contextlib.suppress(Exception):
+        import jupyter_core.paths as jp  # present wherever a kernel runs
+
+        roots += [jp.jupyter_runtime_dir(), jp.jupyter_data_dir(), jp.jupyter_config_dir()]
+    mpl = sys.modules.get("matplotlib")
+    if mpl is not None:
+        with contextlib.suppress(Exception):
+            roots += [mpl.get_configdir(), mpl.get_cachedir()]
+    seen: set[str] = set()
+    for root in roots:
+        for form in (os.path.abspath(root), os.path.realpath(root)):
+            if form not in seen and form != os.sep:
+                seen.add(form)
+                yield form.rstrip(os.sep) + os.sep
+
+
+# ---- libraries that open files from C -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A library call that opens a file from C, so no audit event reports it.
+
+    *target* is ``"attr"`` or ``"Class.method"`` inside *module*; *arg* the position
+    (counting ``self`` for methods) and *keyword* the name of the path argument;
+    *mode* the position and name of a mode argument whose value other than ``"r"``
+    means the file is written.
+
+    >>> Reader("h5py", "File.__init__", 1, "name", mode=(2, "mode")).module
+    'h5py'
+    """
+
+    module: str
+    target: str
+    arg: int
+    keyword: str
+    mode: tuple[int, str] | None = None
+
+
+READERS: list[Reader] = [
+    Reader("h5py", "File.__init__", 1, "name", mode=(2, "mode")),
+    Reader("pyarrow.parquet", "read_table", 0, "source"),
+    Reader("pyarrow.parquet", "ParquetFile.__init__", 1, "source"),
+    Reader("pyarrow.parquet", "ParquetDataset.__init__", 1, "path_or_paths"),
+    Reader("pyarrow.feather", "read_table", 0, "source"),
+    Reader("pyarrow.csv", "read_csv", 0, "input_file"),
+]
+_wrapped: set[Reader] = set()
+
+
+def _wrap_readers() -> None:
+    """Wrap each registered reader whose module is imported (once per process)."""
+    for reader in READERS:
+        if reader in _wrapped or reader.module not in sys.modules:
+            continue
+        _wrapped.add(reader)
+        owner: Any = sys.modules[reader.module]
+        *path, attr = reader.target.split(".")
+        with contextlib.suppress(AttributeError):
+            for part in path:
+                owner = getattr(owner, part)
+            original = getattr(owner, attr)
+            setattr(owner, attr, _reporting(original, reader))
+
+
+class _ReaderImports(importlib.abc.MetaPathFinder):
+    """Wraps a registered reader's module as soon as it has been imported."""
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname in self._busy or all(r.module != fullname for r in READERS):
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _WrappingLoader(spec.loader)
+        return spec
+
+
+class _WrappingLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        module: types.ModuleType | None = self.inner.create_module(spec)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.inner.exec_module(module)
+        _wrap_readers()
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_data, ... for tracebacks
+        return getattr(self.inner, name)
+
+
+def _reporting(original: Callable[..., Any], reader: Reader) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if _stack:
+            with contextlib.suppress(Exception):
+                _note_tree(
+                    _argument(args, kwargs, reader.arg, reader.keyword),
+                    _writes(args, kwargs, reader),
+                )
+        return original(*args, **kwargs)
+
+    return call
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    return kwargs[name] if name in kwargs else args[index] if len(args) > index else None
+
+
+def _writes(args: tuple[Any, ...], kwargs: dict[str, Any], reader: Reader) -> bool:
+    if reader.mode is None:
+        return False
+    return _argument(args, kwargs, *reader.mode) not in ("r", "rb", None)
+
+
+def _note_tree(target: Any, writes: bool) -> None:
+    """Note a path given to a C reader; a folder (a parquet dataset) counts file by file."""
+    if isinstance(target, (list, tuple)):
+        for item in target:
+            _note_tree(item, writes)
+        return
+    if not isinstance(target, (str, bytes, os.PathLike)):
+        return  # a file object: Python opened it, and the audit hook saw that
+    path = os.path.abspath(os.fsdecode(os.fspath(target)))
+    if os.path.isdir(path):
+        for folder, _dirs, files in os.walk(path):
+            for recorder in _stack:
+                recorder.listed_dir(folder)
+            for name in files:
+                _note(os.path.join(folder, name), writes)
+    else:
+        _note(path, writes)
+
+
+# ---- identities and checks ----------------------------------------------------------------
+
+
+def _shown(path: str, base: str) -> str:
+    """A path relative to the working folder when it lies inside it (portable stores)."""
+    rel = os.path.relpath(path, base)
+    return path if rel.startswith(os.pardir) else rel
+
+
+def file_identity(path: str, base: str, limit: int) -> dict[str, Any]:
+    """Size, mtime and content digest of one file (a missing file is recorded as such).
+
+    >>> file_identity("/nonexistent", "/", 10)["missing"]
+    True
+    """
+    shown = _shown(path, base)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {"path": shown, "missing": True}
+    digest = _cached_digest(path, st) if st.st_size <= limit else None
+    return {"path": shown, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
+
+
+def _listing(path: str) -> list[str] | None:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return None
+
+
+def dir_identity(path: str, base: str) -> dict[str, Any]:
+    """The sorted names in one folder, as a digest (and the names, when few).
+
+    >>> dir_identity("/nonexistent", "/")["missing"]
+    True
+    """
+    shown = _shown(path, base)
+    names = _listing(path)
+    if names is None:
+        return {"path": shown, "missing": True}
+    out: dict[str, Any] = {"path": shown, "count": len(names), "digest": _names_digest(names)}
+    if len(names) <= _NAMES_KEPT:
+        out["names"] = names
+    return out
+
+
+def _names_digest(names: list[str]) -> str:
+    return xxhash.xxh3_128("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+# Digests computed in this process, by (path, size, mtime_ns, inode): a file is hashed
+# again only when one of them changed, so a save after a check (or a loop's periodic
+# saves) do not read a large file twice.
+_digests: dict[tuple[str, int, int, int], str | None] = {}
+_DIGESTS_KEPT = 10_000
+
+
+def _cached_digest(path: str, st: os.stat_result) -> str | None:
+    key = (path, st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _digests:
+        if len(_digests) >= _DIGESTS_KEPT:
+            _digests.clear()
+        _digests[key] = file_digest(path)
+    return _digests[key]
+
+
+def changed(record: dict[str, Any], base: str | None = None) -> str | None:
+    """Why the recorded files differ from the disk now, or None when none does.
+
+    Size and mtime are compared first; a file is hashed again only when one differs.
+
+    >>> changed({"files": [], "dirs": []}) is None
+    True
+    """
+    base = base or os.getcwd()
+    for entry in record.get("files", []):
+        reason = _file_changed(entry, base)
+        if reason:
+            return reason
+    for entry in record.get("dirs", []):
+        reason = _dir_changed(entry, base)
+        if reason:
+            return reason
+    return None
+
+
+def _file_changed(entry: dict[str, Any], base: str) -> str | None:
+    shown = str(entry.get("path", ""))
+    path = os.path.join(base, shown)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None if entry.get("missing") else f"file '{shown}' no longer exists"
+    if entry.get("missing"):
+        return f"file '{shown}' exists now"
+    if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns"):
+        return None
+    if entry.get("digest") is None:
+        return f"file '{shown}' changed (its size or modification time; too large to hash)"
+    if st.st_size != entry.get("size"):
+        return f"file '{shown}' changed ({entry.get('size')} → {st.st_size} bytes)"
+    if _cached_digest(path, st) != entry.get("digest"):
+        return f"file '{shown}' changed (same size, different content)"
+    return None
+
+
+def _dir_changed(entry: dict[str, Any], base: str) -> str | None:
+    shown = str(entry.get("path", ""))
+    names = _listing(os.path.join(base, shown))
+    if names is None:
+        return None if entry.get("missing") else f"folder '{shown}' no longer exists"
+    if entry.get("missing"):
+        return f"folder '{shown}' exists now"
+    if _names_digest(names) == entry.get("digest"):
+        return None
+    old = entry.get("names")
+    if isinstance(old, list):
+        added = sorted(set(names) - set(old))
+        removed = sorted(set(old) - set(names))
+        what = [f"'{n}' appeared" for n in added[:3]] + [f"'{n}' vanished" for n in removed[:3]]
+        return f"folder '{shown}' changed: " + ", ".join(what)
+    return f"folder '{shown}' changed ({entry.get('count')} → {len(names)} entries)"
+
+
+def describe(record: dict[str, Any]) -> list[str]:
+    """One line per recorded file and folder, for ``show``.
+
+    >>> describe({"files": [{"path": "a.csv", "size": 12, "digest": "ab"}], "dirs": []})
+    ['a.csv  12 B']
+    """
+    lines = []
+    for entry in record.get("files", []):
+        if entry.get("missing"):
+            lines.append(f"{entry['path']}  (missing when recorded)")
+            continue
+        note = "" if entry.get("digest") else "  (too large to hash: compared by size and mtime)"
+        lines.append(f"{entry['path']}  {format_size(int(entry.get('size', 0)))}{note}")
+    for entry in record.get("dirs", []):
+        count = "missing" if entry.get("missing") else f"{entry.get('count', 0)} entries"
+        lines.append(f"{entry['path']}{os.sep}  (folder listing, {count})")
+    return lines
