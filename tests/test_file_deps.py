@@ -69,7 +69,6 @@ def _write_inputs(tmp_path: Path, version: int) -> None:
 
 
 def test_every_kind_of_reader_is_tracked(tmp_path: Path) -> None:
-    pytest.importorskip("pyarrow")
     _write_inputs(tmp_path, 1)
     cells = [IMPORTS] + [
         f"%%checkpoint {name}\n{name} = {expr}" for name, (_, expr, _a, _b) in READERS.items()
