@@ -361,6 +361,14 @@ class Engine:
         values, extras = loaded.values, loaded.extras
         for problem in problems:
             host.message(f"{PREFIX}'{opts.cell_id}': {problem}")
+        gone = file_deps.missing_outputs(manifest.info.get("files_written", []))
+        if gone:
+            listed = ", ".join(f"'{p}'" for p in gone[:5]) + (" ..." if len(gone) > 5 else "")
+            host.message(
+                f"{PREFIX}'{opts.cell_id}' wrote {listed} when it executed; a restore does not "
+                f"write {'it' if len(gone) == 1 else 'them'} back (name files with --files to "
+                "store them, or --force to execute the cell)"
+            )
         record = extras.get("outputs")
         if isinstance(record, OutputRecord):
             host.replay(record)
@@ -420,6 +428,9 @@ class Engine:
         duration = time.perf_counter() - started
         rng_state = rng.snapshot()
         files_read = recorder.identities() if recorder is not None else {}
+        files_written = [
+            path for path in (recorder.outputs() if recorder else []) if path not in opts.files
+        ]
 
         names, deleted, mutated, after = self._outputs(namespace, plan, opts, before, reached)
         values = {name: namespace[name] for name in names}
@@ -467,6 +478,8 @@ class Engine:
         }
         if files_read:
             info["file_deps"] = files_read
+        if files_written:
+            info["files_written"] = files_written
         save_started = time.perf_counter()
         shared = shared_objects(self.store.root)
         shared.forget_checks()

@@ -41,6 +41,7 @@ _CHUNK = 16 << 20
 DEFAULT_HASH_LIMIT = 1 << 30
 # Folder listings longer than this are kept as a digest only (``show`` gives the count).
 _NAMES_KEPT = 200
+_OUTPUTS_KEPT = 50
 _WATCHED = frozenset({"open", "os.listdir", "os.scandir", "sqlite3.connect"})
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 _OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -144,6 +145,27 @@ class Recorder:
         files = [file_identity(p, base, limit) for p in self.read if not os.path.isdir(p)]
         folders = [dir_identity(p, base) for p in self.listed]
         return {"files": files, "dirs": folders} if files or folders else {}
+
+    def outputs(self, base: str | None = None) -> list[str]:
+        """The files the cell wrote that exist when it ends (at most 50), as recorded paths.
+
+        A restore does not bring them back unless they are named with ``--files``; the
+        engine says so when one is missing at a later hit.
+        """
+        base = base or os.getcwd()
+        with self._lock:
+            written = sorted(self.written)
+        return [_shown(p, base) for p in written if os.path.isfile(p)][:_OUTPUTS_KEPT]
+
+
+def missing_outputs(paths: list[str], base: str | None = None) -> list[str]:
+    """Which of the recorded output files are not on disk now.
+
+    >>> missing_outputs(["/nonexistent/out.csv"])
+    ['/nonexistent/out.csv']
+    """
+    base = base or os.getcwd()
+    return [p for p in paths if not os.path.exists(os.path.join(base, p))]
 
 
 _stack: list[Recorder] = []

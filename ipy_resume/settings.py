@@ -55,7 +55,9 @@ class Setting:
 
     ``snapshot`` returns the current state (plain, picklable data) or None when the
     library is not in use; ``diff(before, after)`` returns the changes, or None when
-    there are none; ``apply(changes)`` makes them again.
+    there are none; ``apply(changes)`` makes them again. ``defaults``, when given, is
+    the state the library starts in once imported: a cell that imports the library
+    is compared with it, so only what the cell itself set is recorded.
 
     >>> s = Setting("demo", lambda: {"x": 1}, lambda b, a: None, lambda c: None)
     >>> s.name
@@ -66,6 +68,7 @@ class Setting:
     snapshot: Callable[[], Any]
     diff: Callable[[Any, Any], Any]
     apply: Callable[[Any], None]
+    defaults: Callable[[], Any] | None = None
 
 
 _REGISTRY: dict[str, Setting] = {}
@@ -115,7 +118,10 @@ def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, An
         if setting is None:
             continue
         with contextlib.suppress(Exception):
-            diff = setting.diff(before.get(name), state)
+            base = before.get(name)
+            if base is None and setting.defaults is not None:
+                base = setting.defaults()
+            diff = setting.diff(base, state)
             if diff is not None:
                 out[name] = diff
     return out
@@ -219,6 +225,12 @@ def _mpl_snapshot() -> dict[str, Any] | None:
     return {k: v for k, v in dict.items(mpl.rcParams) if k != "backend"}
 
 
+def _mpl_defaults() -> dict[str, Any]:
+    import matplotlib as mpl
+
+    return {k: v for k, v in dict.items(mpl.rcParamsOrig) if k != "backend"}
+
+
 def _mpl_apply(diff: Mapping[str, Any]) -> None:
     import matplotlib
 
@@ -290,6 +302,12 @@ def _pd_snapshot() -> dict[str, Any] | None:
     return out
 
 
+def _pd_defaults() -> dict[str, Any]:
+    import pandas as pd
+
+    return {key: opt.defval for key, opt in pd._config.config._registered_options.items()}
+
+
 def _pd_apply(diff: Mapping[str, Any]) -> None:
     import pandas as pd
 
@@ -346,8 +364,8 @@ def _cwd_diff(before: str | None, after: str) -> str | None:
     return None if before == after else after
 
 
-register(Setting("matplotlib.rcParams", _mpl_snapshot, dict_diff, _mpl_apply))
-register(Setting("pandas.options", _pd_snapshot, dict_diff, _pd_apply))
+register(Setting("matplotlib.rcParams", _mpl_snapshot, dict_diff, _mpl_apply, _mpl_defaults))
+register(Setting("pandas.options", _pd_snapshot, dict_diff, _pd_apply, _pd_defaults))
 register(Setting("numpy.printoptions", _np_snapshot, dict_diff, _np_apply))
 register(Setting("warnings.filters", _warnings_snapshot, _list_diff, _warnings_apply))
 register(Setting("sys.path", lambda: list(sys.path), _list_diff, _path_apply))

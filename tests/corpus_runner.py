@@ -218,6 +218,8 @@ def prepare(nb: Any, kind: str, *, explain: bool, instrument: bool) -> Any:
         if instrument:
             cells.append(_inserted(BENCH_SETUP, "bench-setup"))
     for index, cell in enumerate(out.cells):
+        if cell.cell_type == "code" and not cell.source.strip():
+            continue  # an empty cell does nothing, wrapped or not
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
             cell.metadata["corpus"] = {"label": f"c{index}", "index": index}
@@ -307,7 +309,7 @@ def folder_files(folder: Path, skip: set[str]) -> dict[str, str]:
     files: dict[str, str] = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
-        if path.is_file() and rel not in skip:
+        if path.is_file() and rel not in skip and rel.split("/")[0] not in skip:
             files[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return files
 
@@ -324,11 +326,17 @@ def kernel_env(root: Path, store: Path) -> dict[str, str]:
     return env
 
 
-def fresh_folder(folder: Path, notebook: Path) -> None:
-    """*folder* holding only a copy of *notebook*: the corpus notebooks make their own data."""
+def fresh_folder(folder: Path, notebook: Path, data: tuple[Path, ...] = ()) -> None:
+    """*folder* holding a copy of *notebook* and of each *data* file or folder (the corpus
+    notebooks make their own data; a public notebook may read files that ship with it)."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     shutil.copy(notebook, folder / notebook.name)
+    for item in data:
+        if item.is_dir():
+            shutil.copytree(item, folder / item.name)
+        else:
+            shutil.copy2(item, folder / item.name)
 
 
 def execute(
@@ -424,8 +432,10 @@ def run_three_ways(
     cell_timeout: float = CELL_TIMEOUT_S,
     explain: bool = True,
     instrument: bool = False,
+    data: tuple[Path, ...] = (),
 ) -> CorpusResult:
-    """Plain, wrapped and restored runs of *notebook* under *root*, compared."""
+    """Plain, wrapped and restored runs of *notebook* under *root*, compared; *data* are
+    copied next to the notebook before each run."""
     root.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(notebook, as_version=4)
     store = root / "store"
@@ -433,7 +443,7 @@ def run_three_ways(
     runs: dict[str, RunResult] = {}
 
     plain_dir = root / "plain"
-    fresh_folder(plain_dir, notebook)
+    fresh_folder(plain_dir, notebook, data)
     plain_env = kernel_env(root, root / "plain-store-unused")
     runs["plain"] = execute(
         prepare(nb, "plain", explain=explain, instrument=False),
@@ -446,18 +456,23 @@ def run_three_ways(
     env = kernel_env(root, store)
     work = root / "work"
     wrapped_nb = prepare(nb, "wrapped", explain=explain, instrument=instrument)
-    fresh_folder(work, notebook)
+    fresh_folder(work, notebook, data)
     runs["wrapped"] = execute(copy.deepcopy(wrapped_nb), "wrapped", work, env, cell_timeout)
-    runs["wrapped"].files = folder_files(work, {notebook.name})
+    skip = {notebook.name, *(item.name for item in data)}
+    runs["wrapped"].files = folder_files(work, skip)
     before = {getattr(e, "event_id", id(e)) for e in journal_events(store)}
 
-    fresh_folder(work, notebook)
+    fresh_folder(work, notebook, data)
     runs["restored"] = execute(copy.deepcopy(wrapped_nb), "restored", work, env, cell_timeout)
-    runs["restored"].files = folder_files(work, {notebook.name})
+    runs["restored"].files = folder_files(work, skip)
     events = [e for e in journal_events(store) if getattr(e, "event_id", id(e)) not in before]
     listed, list_error = listed_checkpoints(store, env)
 
-    sources = {f"c{i}": cell.source for i, cell in enumerate(nb.cells) if cell.cell_type == "code"}
+    sources = {
+        f"c{i}": cell.source
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code" and cell.source.strip()
+    }
     findings = compare(runs, sources, events, listed, list_error)
     return CorpusResult(notebook.name, runs, findings, sources)
 
@@ -973,12 +988,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=None)
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S)
     parser.add_argument("--json", type=Path, default=None, help="also write every result here")
+    parser.add_argument(
+        "--data", type=Path, nargs="+", default=[], help="files or folders the notebooks read"
+    )
     args = parser.parse_args(argv)
     root = args.root or Path(tempfile.mkdtemp(prefix="corpus-"))
     dumped = []
     failed = 0
     for path in args.notebooks or corpus_notebooks():
-        result = run_three_ways(path, root / path.stem, cell_timeout=args.cell_timeout)
+        result = run_three_ways(
+            path, root / path.stem, cell_timeout=args.cell_timeout, data=tuple(args.data)
+        )
         print(result.report(), flush=True)
         print(flush=True)
         failed += bool(result.findings)

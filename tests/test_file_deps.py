@@ -239,3 +239,21 @@ def test_a_loop_resumes_while_its_files_are_unchanged(tmp_path: Path) -> None:
     second = run_process(tmp_path, [LOOP], {"seen": "seen"})
     assert "resuming loop 0 of 'loop' at iteration 3" in second["cells"][0]["stderr"]
     assert second["eval"]["seen"] == repr([0, 1, 2, 3, 4, 5])
+
+
+def test_a_restore_says_which_written_files_it_does_not_bring_back(tmp_path: Path) -> None:
+    cell = (
+        "%%checkpoint export {opts}\n"
+        "open('report.txt', 'w').write('r')\nopen('model.bin', 'w').write('m')\nok = 1"
+    )
+    plain, stored = cell.format(opts=""), cell.format(opts="--files model.bin")
+    run_process(tmp_path, [plain, stored.replace("export", "kept")], {})
+    (tmp_path / "report.txt").unlink()
+    (tmp_path / "model.bin").unlink()
+    again = run_process(tmp_path, [plain, stored.replace("export", "kept")], {})
+    err, kept = again["cells"][0]["stderr"], again["cells"][1]["stderr"]
+    assert "restored 'export'" in err and "wrote 'report.txt', 'model.bin'" not in err
+    assert "wrote 'model.bin', 'report.txt' when it executed" in err, err
+    # --files brings model.bin back; report.txt is the one it does not
+    assert "restored 'kept'" in kept and "wrote 'report.txt' when it executed" in kept, kept
+    assert (tmp_path / "model.bin").read_text() == "m"

@@ -100,3 +100,27 @@ def test_changes_and_merge_in_process() -> None:
     later = {"environ": {"set": {}, "unset": ["IPY_RESUME_TEST_FLAG"]}}
     merged = settings.merge(diff, later)
     assert merged["environ"] == {"set": {}, "unset": ["IPY_RESUME_TEST_FLAG"]}
+
+
+def test_importing_a_library_records_only_what_the_cell_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell that imports pandas left its options at their defaults: nothing to re-apply,
+    so a restore does not set every option (one of which imports matplotlib)."""
+    cells = [
+        "import sys",
+        "%%checkpoint frame\nimport pandas as pd\npd.set_option('display.max_rows', 7)\n"
+        "df = pd.DataFrame({'a': [1]})",
+    ]
+    evals = {"mpl": "'matplotlib' in sys.modules", "rows": "pd.get_option('display.max_rows')"}
+    first = run_process(tmp_path, cells, evals)
+    second = run_process(tmp_path, cells, evals)
+    assert "restored 'frame'" in second["cells"][1]["stderr"]
+    assert first["eval"] == second["eval"] == {"mpl": "False", "rows": "7"}
+    from ipy_resume.store import Store
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))  # the runs' key
+    store = Store(tmp_path / "store")
+    (manifest,) = store.history("frame")
+    recorded = store.load_extras(manifest, names=["settings"])["settings"]
+    assert recorded["pandas.options"] == {"set": {"display.max_rows": 7}, "unset": []}
