@@ -68,11 +68,64 @@ def _parser() -> argparse.ArgumentParser:
         "stats", parents=[common], help="checkpoints, bytes, hit rate, latencies, time saved"
     )
     stats.add_argument("--json", action="store_true", help="print JSON")
+    run = commands.add_parser(
+        "run",
+        help="execute a notebook headless, every cell checkpointed; resumes a run that died",
+        description=(
+            "Execute IN.ipynb through a headless kernel with every code cell checkpointed. "
+            "Running the same command after a run died restores the finished cells and "
+            "continues from the first unfinished one. Exit 0 only when every cell ran."
+        ),
+    )
+    run.add_argument("notebook", type=Path, metavar="IN.ipynb")
+    run.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        metavar="OUT.ipynb",
+        help="the executed notebook (default: IN.out.ipynb next to IN)",
+    )
+    run.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="a parameter, injected after the cell tagged 'parameters' (as papermill does)",
+    )
+    run.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the store (default: $IPY_RESUME_DIR, else .ipy_resume next to the notebook)",
+    )
+    run.add_argument(
+        "--cell-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="S",
+        help="stop with an error when one cell runs longer than S seconds",
+    )
+    run.add_argument(
+        "--kernel", default=None, metavar="NAME", help="kernel (default: the notebook's)"
+    )
     demo = commands.add_parser(
         "demo", help="run the crash-and-resume story headless against a real kernel"
     )
     demo.add_argument("--workdir", type=Path, default=None, help="folder to run in (default: temp)")
     return parser
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, e.g. 600, not {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,6 +136,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     args = _parser().parse_args(argv)
+    if args.command == "run":
+        try:
+            from .headless import run_command, validate_parameters
+        except ImportError as exc:
+            print(
+                f"ipy-resume run needs nbclient ({exc}); install it with "
+                "pip install 'ipy_resume[headless]'",
+                file=sys.stderr,
+            )
+            return 2
+
+        return run_command(
+            args.notebook,
+            args.output,
+            validate_parameters(args.parameter),
+            args.store,
+            args.cell_timeout,
+            args.kernel,
+        )
     if args.command == "demo":
         from .demo import run_demo
 
