@@ -54,7 +54,7 @@ def test_key_created_under_jupyter_data_dir_with_mode_0600(_isolated_data_dir: P
     assert len(key) == 32
     assert path.read_text().strip() == key.hex()
     assert load_or_create_key() == key  # stable
-    assert [p.name for p in path.parent.iterdir()] == ["signing.key"]  # no temp left
+    assert sorted(p.name for p in path.parent.iterdir()) == ["signing.key", "signing.key.backup"]
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
@@ -103,7 +103,7 @@ def test_eight_processes_racing_agree_on_one_key(tmp_path: Path) -> None:
         assert p.exitcode == 0
     assert len(set(keys)) == 1
     assert path.read_text().strip() == keys[0]
-    assert [p.name for p in path.parent.iterdir()] == ["signing.key"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["signing.key", "signing.key.backup"]
 
 
 def test_store_default_key_comes_from_jupyter_data_dir(

@@ -13,8 +13,8 @@ from conftest import subprocess_env
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from ipy_resume.store import manifest as mf
 from ipy_resume.store import Store
+from ipy_resume.store import manifest as mf
 from ipy_resume.store.journal import Journal
 
 STEPS = [

@@ -35,6 +35,8 @@ JOURNAL_FILE = "journal.sqlite"
 # resumed = the start of a kernel session brought back by %resume or a timeline restore.
 OUTCOMES = ("executed", "restored", "incomplete", "failed", "uncached", "resumed")
 _BUSY_TIMEOUT_S = 30.0
+_SETTLE_SECONDS = 60.0
+_REBUILT_PREFIX = "rebuilt-"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -108,10 +110,13 @@ class Journal:
     >>> journal.append(Event(cell_id="train", session="s1", outcome="executed"))  # doctest: +SKIP
     """
 
-    def __init__(self, root: Path, source: Callable[[], Iterable[Manifest]] | None = None) -> None:
+    def __init__(
+        self, root: Path, source: Callable[[set[str]], Iterable[Manifest]] | None = None
+    ) -> None:
         self.root = Path(root)
         self.path = self.root / JOURNAL_FILE
-        # the store's verified manifests: what a lost or damaged journal is rebuilt from
+        # the store's verified manifests except those of the ids given: what a lost or
+        # damaged journal is rebuilt from, and what fills rows a damaged WAL dropped
         self.source = source
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None
@@ -165,8 +170,13 @@ class Journal:
             self._quarantine_files()
             conn = self._open_file()
             missing = True
-        if missing and self.source is not None:
-            self.rebuilt += rebuild(conn, (m for m in self.source() if m.id not in skip))
+        if self.source is not None:
+            # Also for a sound journal: rows that a damaged WAL dropped come back.  Then
+            # only checkpoints older than a minute count, so one whose kernel is about to
+            # append its event is not given a second one.
+            self.rebuilt += rebuild(
+                conn, self.source, skip, settle=0.0 if missing else _SETTLE_SECONDS
+            )
         return conn
 
     def _open_file(self) -> sqlite3.Connection:
@@ -240,7 +250,24 @@ class Journal:
         """Commit *event* durably; returns it with ``seq`` filled in."""
 
         def insert(conn: sqlite3.Connection) -> int | None:
-            return _insert(conn, event).lastrowid
+            if event.checkpoint_id is None or event.outcome not in ("executed", "incomplete"):
+                return _insert(conn, event).lastrowid
+            # A journal rebuilt while this checkpoint's kernel was between its manifest and
+            # this event holds a stand-in for it: the real event takes its place.
+            stand_in = f"{_REBUILT_PREFIX}{event.checkpoint_id}"
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                seq = _insert(conn, event).lastrowid
+                if conn.execute("DELETE FROM events WHERE event_id = ?", (stand_in,)).rowcount:
+                    conn.execute(
+                        "UPDATE events SET parent = ? WHERE parent = ?", (event.event_id, stand_in)
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            return seq
 
         event.seq = self._recovering(insert, create=True, skip=frozenset([event.checkpoint_id]))
         return event
@@ -372,29 +399,42 @@ def events_from_manifests(manifests: Iterable[Manifest]) -> list[Event]:
             bytes=m.bytes_written,
             names=sorted(m.values),
             detail=REBUILT,
-            event_id=f"rebuilt-{m.id}",
+            event_id=f"{_REBUILT_PREFIX}{m.id}",
         )
         last_of_session[session] = event.event_id
         out.append(event)
     return out
 
 
-def rebuild(conn: sqlite3.Connection, manifests: Iterable[Manifest]) -> int:
+def rebuild(
+    conn: sqlite3.Connection,
+    source: Callable[[set[str]], Iterable[Manifest]],
+    skip: Iterable[str | None] = (),
+    settle: float = 0.0,
+) -> int:
     """Add an event for each checkpoint the journal does not name; returns how many.
 
-    One transaction, taken before reading what is there, so two processes rebuilding
-    at once add each event once.
+    *source* gives the verified manifests except those of the ids it is passed (only
+    the missing ones are read); *skip* are ids not to add; with *settle*, checkpoints
+    younger than that many seconds are left for their own kernel to journal.  Loop
+    checkpoints of ``resumable`` never had events and get none.  One transaction,
+    taken before reading what is there, so two processes rebuilding add each event once.
     """
-    events = events_from_manifests(manifests)
-    if not events:
-        return 0
     conn.execute("BEGIN IMMEDIATE")
     try:
-        known = {row[0] for row in conn.execute("SELECT checkpoint_id FROM events")}
+        known = {row[0] for row in conn.execute("SELECT DISTINCT checkpoint_id FROM events")}
+        known.update(i for i in skip if i)
+        cutoff = time.time() - settle
+        manifests = [
+            m
+            for m in source({i for i in known if i})
+            if m.id not in known
+            and m.info.get("kind") != "loop"
+            and (not settle or m.created_at.timestamp() < cutoff)
+        ]
         added = 0
-        for event in events:
-            if event.checkpoint_id not in known:
-                added += _insert(conn, event, ignore=True).rowcount
+        for event in events_from_manifests(manifests):
+            added += _insert(conn, event, ignore=True).rowcount
         conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):

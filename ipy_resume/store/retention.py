@@ -399,7 +399,7 @@ def _heal_files(store: Store, report: GcReport) -> None:
         store._resolve_info(heal=True)
     except StoreError as exc:  # a newer format: nothing of it is touched
         report.notes.append(str(exc))
-    healer = Journal(store.root, source=store.manifests)
+    healer = Journal(store.root, source=store.manifests_except)
     try:
         healer.last()  # opening it checks it; a damaged or missing one is rebuilt
     except sqlite3.Error as exc:

@@ -66,6 +66,7 @@ _KEY = re.compile(r"[0-9A-Za-z_-]{1,200}")
 _PREFETCH_MIN = 16 << 20
 _VERIFY_HINT = "Run 'ipy-resume verify' to list others."
 _ID_CACHE_SECONDS = 5.0
+_READ_CACHE_MAX = 50_000
 
 
 class DecodeError(StoreError):
@@ -412,6 +413,7 @@ class Store:
         self._suspect: dict[tuple[str, str], set[Path]] = {}
         self._journal: Journal | None = None
         self._id_cache: tuple[float, set[str]] | None = None  # (when listed, ids)
+        self._read_cache: dict[Path, tuple[bytes, Manifest]] = {}
 
     def __repr__(self) -> str:
         return f"Store({os.fspath(self.root)!r})"
@@ -753,7 +755,24 @@ class Store:
     # -- finding -------------------------------------------------------------
 
     def _read(self, path: Path) -> Manifest:
-        return manifest.read(path, self.key, root=self.root)
+        # A manifest verified before is reused while its file holds the same bytes (compared
+        # whole: cheaper than parsing and verifying again), so listing a store of 10,000
+        # checkpoints again (the panel does after every cell) decodes none of them again.
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise
+        except OSError:
+            return manifest.read(path, self.key, root=self.root)  # says why, as a StoreError
+        known = self._read_cache.get(path)
+        if known is not None and known[0] == data:
+            return known[1]
+        rel, store = manifest._names(path, self.root)
+        m = manifest.decode(data, self.key, rel=rel, store=store, path=path)
+        if len(self._read_cache) >= _READ_CACHE_MAX:
+            self._read_cache.clear()
+        self._read_cache[path] = (data, m)
+        return m
 
     @staticmethod
     def _json_files(folder: Path) -> list[Path]:
@@ -851,6 +870,11 @@ class Store:
             if self._misfiled(m, cell_id, None) is None
         ]
         return sorted(found, key=manifest.order_key)
+
+    def manifests_except(self, ids: set[str]) -> list[Manifest]:
+        """Every verified checkpoint whose id is not in *ids* (the others are not read)."""
+        paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] not in ids]
+        return sorted(self._verified(paths), key=manifest.order_key)
 
     def ids(self) -> set[str]:
         """Every checkpoint id the store holds, from file names alone (nothing is read)."""
@@ -1080,7 +1104,7 @@ class Store:
         []
         """
         if self._journal is None:
-            self._journal = Journal(self.root, source=self.manifests)
+            self._journal = Journal(self.root, source=self.manifests_except)
         return self._journal
 
     def trust(self, problems: list[str] | None = None) -> int:
