@@ -530,7 +530,12 @@ def decode(
         "the file is moved to quarantine/ once a sound checkpoint replaces it. "
         "Run 'ipy-resume verify' to list others."
     )
-    if "checksum" in doc and doc["checksum"] != checksum(doc):
+    try:
+        signed = canonical_json(doc)
+        sound = "checksum" not in doc or doc["checksum"] == checksum(doc)
+    except ValueError:  # a number damaged into one out of range (1e999): no JSON has it
+        raise ManifestError(damaged.format("it holds an impossible number"), path=rel) from None
+    if not sound:
         raise ManifestError(damaged.format("its checksum does not match"), path=rel)
     if signature is None:
         raise Untrusted(
@@ -538,7 +543,7 @@ def decode(
             + _trust_hint(store),
             path=rel,
         )
-    if not signing.verify(key, canonical_json(doc), signature):
+    if not signing.verify(key, signed, signature):
         if "checksum" in doc and doc.get("signer") == signer(key):
             # intact content signed by this key: only the signature itself was hit
             raise ManifestError(damaged.format("its signature was altered"), path=rel)
