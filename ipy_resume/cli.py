@@ -14,7 +14,6 @@ from pathlib import Path
 from . import reports, timeline
 from .engine import default_store_dir
 from .store import Store, StoreError, retention
-from .store.journal import Journal
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -164,25 +163,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = Store(root)
         if args.command == "list":
             manifests = store.manifests()
+            short = store.short_ids()
             if args.json:
-                print(json.dumps([reports.record(m) for m in manifests], indent=2))
+                print(json.dumps([reports.record(m, short.get(m.id)) for m in manifests], indent=2))
             else:
-                print(reports.table(manifests, Journal(root).events()))
+                print(reports.table(manifests, store.journal().events(), short))
         elif args.command == "show":
             manifest = reports.resolve(store.manifests(), args.target)
-            details = reports.describe(manifest)
+            details = reports.describe(manifest, store.short_id(manifest.id))
             if args.json:
                 print(json.dumps(details, indent=2, default=str))
             else:
                 print(reports.details_text(details))
         elif args.command == "verify":
-            problems = store.verify()
-            if problems:
-                for line in problems:
-                    print(line)
-                print(f"{len(problems)} problem(s) in {root}", file=sys.stderr)
+            found = store.audit()
+            for line in found.lines:
+                print(line)
+            for note in found.notes:
+                print(f"note: {note}")
+            if found.problems:
+                print(f"{len(found.problems)} problem(s) in {root}", file=sys.stderr)
                 return 1
-            print(f"store {root} is sound")
+            print(f"store {root} is sound ({found.files_checked} files checked)")
         elif args.command == "gc":
             report = store.gc(keep_last=args.keep_last, max_size=args.max_size)
             print(json.dumps(report.to_json(), indent=2) if args.json else report.summary())

@@ -262,6 +262,7 @@ def notify_changed(shell: Any = None, root: Path | None = None) -> int:
                     "last_seq": snap["last_seq"],
                     "store": snap["store"],
                     "unavailable": snap["unavailable"],
+                    "short_ids": snap["short_ids"],
                 }
             )
             for comm in list(state.comms):

@@ -28,7 +28,7 @@ from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
 from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError
-from .store.journal import Event, Journal
+from .store.journal import Event
 from .units import format_size
 
 FORMAT_VERSION = "1"
@@ -174,7 +174,7 @@ class Engine:
         self.store = store
         self.session = session or uuid.uuid4().hex[:12]
         self.last_outcome: Outcome | None = None
-        self.journal = Journal(store.root)
+        self.journal = store.journal()  # rebuilt from the manifests if it was lost
         self.last_event: str | None = None  # parent of the next event
         self.listeners: list[Callable[[Event], None]] = []
         self._journal_warned = False
@@ -376,7 +376,8 @@ class Engine:
         duration = float(manifest.info.get("duration", 0.0))
         if not opts.quiet:
             host.message(
-                f"{PREFIX}restored '{opts.cell_id}' from checkpoint {manifest.id} "
+                f"{PREFIX}restored '{opts.cell_id}' from checkpoint "
+                f"{self.store.short_id(manifest.id)} "
                 f"in {_seconds(elapsed)} (the run took {_seconds(duration)}, "
                 f"saved {_seconds(max(duration - elapsed, 0.0))})"
             )
@@ -530,7 +531,8 @@ class Engine:
             if not opts.quiet:
                 host.message(
                     f"{PREFIX}executed '{opts.cell_id}' in {_seconds(duration)}; saved checkpoint "
-                    f"{saved.manifest.id} ({format_size(saved.bytes_written)} written in "
+                    f"{self.store.short_id(saved.manifest.id)} "
+                    f"({format_size(saved.bytes_written)} written in "
                     f"{_seconds(time.perf_counter() - save_started)})"
                 )
         outcome = Outcome(

@@ -23,7 +23,6 @@ from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
 from .store import Store, StoreError, retention
-from .store.journal import Journal
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
@@ -87,8 +86,8 @@ class IPythonHost:
 
 
 def engine_events(store: Store) -> list[Any]:
-    """The timeline of *store* (empty when it has none yet)."""
-    return Journal(store.root).events()
+    """The timeline of *store* (empty when it has none yet; rebuilt when it was lost)."""
+    return store.journal().events()
 
 
 @contextmanager
@@ -271,19 +270,23 @@ class CheckpointMagics(Magics):
         store = self.engine().store
         try:
             if command == "list":
-                print(reports.table(store.manifests(), engine_events(store)))
+                print(reports.table(store.manifests(), engine_events(store), store.short_ids()))
             elif command == "show":
                 if len(rest) != 1:
                     raise UsageError("usage: %checkpoint show TARGET")
                 manifest = reports.resolve(store.manifests(), rest[0])
-                print(reports.details_text(reports.describe(manifest)))
+                short = store.short_id(manifest.id)
+                print(reports.details_text(reports.describe(manifest, short)))
             elif command == "restore":
                 if len(rest) != 1:
                     raise UsageError("usage: %checkpoint restore TARGET")
                 self._restore(rest[0], resumed=False)
             elif command == "verify":
-                problems = store.verify()
-                print("\n".join(problems) if problems else f"store {store.root} is sound")
+                found = store.audit()
+                lines = [*found.lines, *(f"note: {n}" for n in found.notes)]
+                if not found.problems:
+                    lines.append(f"store {store.root} is sound")
+                print("\n".join(lines))
             elif command == "stats":
                 print(timeline.stats_text(timeline.stats(store.root, store)))
             elif command == "gc":

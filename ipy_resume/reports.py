@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import file_deps
 from .store import Manifest
 from .store.journal import Event
+from .store.manifest import unique_prefixes
 from .units import format_size
 
 
@@ -41,14 +42,18 @@ def resolve(manifests: Sequence[Manifest], target: str) -> Manifest:
     raise TargetError(f"'{target}' is ambiguous: it prefixes {candidates}; give more characters.")
 
 
-def record(manifest: Manifest) -> dict[str, Any]:
+def record(manifest: Manifest, short_id: str | None = None) -> dict[str, Any]:
     """The JSON record of one checkpoint (``ipy-resume list --json``).
+
+    ``short_id`` is the prefix shown for it (unique in the store, see
+    :meth:`Store.short_ids`); the full id when not given.
 
     >>> sorted(record(m))[:3]  # doctest: +SKIP
     ['bytes', 'cell_id', 'complete']
     """
     return {
         "id": manifest.id,
+        "short_id": short_id or manifest.id,
         "cell_id": manifest.cell_id,
         "created": manifest.created,
         "bytes": manifest.bytes,
@@ -62,8 +67,8 @@ def record(manifest: Manifest) -> dict[str, Any]:
     }
 
 
-def describe(manifest: Manifest) -> dict[str, Any]:
-    """Everything ``show`` prints about a checkpoint.
+def describe(manifest: Manifest, short_id: str | None = None) -> dict[str, Any]:
+    """Everything ``show`` prints about a checkpoint (``short_id``: see :func:`record`).
 
     >>> describe(m)["id"]  # doctest: +SKIP
     '0190ab3f2a9c1d2e'
@@ -74,7 +79,7 @@ def describe(manifest: Manifest) -> dict[str, Any]:
         for name, ref in manifest.values.items()
     }
     return {
-        **record(manifest),
+        **record(manifest, short_id),
         "names": names,
         "failed": manifest.failed,
         "deleted": manifest.info.get("deleted", []),
@@ -101,20 +106,29 @@ def outcome_of(manifest: Manifest, events: Sequence[Event] = ()) -> str:
     return f"{state}, restored {restores}x" if restores else state
 
 
-def table(manifests: Sequence[Manifest], events: Sequence[Event] = ()) -> str:
+def table(
+    manifests: Sequence[Manifest],
+    events: Sequence[Event] = (),
+    short_ids: Mapping[str, str] | None = None,
+) -> str:
     """A readable table of checkpoints, most recent last; *events* add restore counts.
+
+    Ids are shown by *short_ids* (default: prefixes unique among *manifests*), so the
+    id column can be copied as a TARGET.
 
     >>> print(table([]))
     no checkpoints yet
     """
     if not manifests:
         return "no checkpoints yet"
+    if short_ids is None:
+        short_ids = unique_prefixes(m.id for m in manifests)
     rows = [("id", "cell", "created (UTC)", "duration", "size", "outcome")]
     for m in manifests:
         duration = m.info.get("duration")
         rows.append(
             (
-                m.id,
+                short_ids.get(m.id, m.id),
                 m.cell_id,
                 m.created.replace("T", " ")[:19],
                 "-" if duration is None else f"{float(duration):.2f} s",
@@ -136,7 +150,7 @@ def details_text(details: dict[str, Any]) -> str:
     checkpoint 0190ab3f2a9c1d2e  cell 'train'  ...
     """
     lines = [
-        f"checkpoint {details['id']}  cell '{details['cell_id']}'  "
+        f"checkpoint {details.get('short_id') or details['id']}  cell '{details['cell_id']}'  "
         f"created {str(details['created']).replace('T', ' ')[:19]} UTC",
         f"run took {float(details.get('duration') or 0):.2f} s; "
         f"{format_size(int(details.get('bytes') or 0))} stored; "
@@ -165,6 +179,7 @@ def details_text(details: dict[str, Any]) -> str:
     if read:
         lines.append("files read (a change makes the cell execute):")
         lines += [f"  {line}" for line in read]
+    lines.append(f"full id: {details['id']}")
     lines.append("key parts:")
     for part, digest in sorted(details.get("key_parts", {}).items()):
         lines.append(f"  {part:<24} {str(digest)[:32]}")

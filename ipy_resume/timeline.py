@@ -22,6 +22,7 @@ from . import reports, restoring
 from .engine import Outcome, default_store_dir, engine_for
 from .store import Manifest, Store
 from .store.journal import Event, Journal
+from .store.manifest import SHORT_ID, unique_prefixes
 from .units import format_size
 
 RESTORING_OUTCOMES = ("executed", "restored", "incomplete", "resumed")
@@ -49,10 +50,13 @@ def snapshot(
     """
     root = Path(root)
     exists = (root / "store.json").exists() or (root / "manifests").is_dir()
-    journal = Journal(root)
+    journal = _journal(root, store)
     events = journal.events(after=after, limit=limit)
     manifests = _manifests(root, store)
     live = {m.id for m in manifests}
+    named = journal.checkpoint_ids()
+    short = unique_prefixes(live | named)
+    shown = {e.checkpoint_id for e in events if e.checkpoint_id}
     return {
         "store": str(root),
         "exists": exists,
@@ -61,7 +65,11 @@ def snapshot(
         "last_seq": events[-1].seq if events else after,
         # checkpoints the journal names but the store no longer has (gc, deleted, untrusted):
         # their rows stay on the timeline, but they cannot be restored
-        "unavailable": sorted(journal.checkpoint_ids() - live),
+        "unavailable": sorted(named - live),
+        # the prefix to show for each id: those of this page's events, and every one longer
+        # than 8 characters (a later checkpoint may have made an earlier one's grow), so a
+        # front end that keeps earlier pages never slices an id itself
+        "short_ids": {i: p for i, p in sorted(short.items()) if i in shown or len(p) > SHORT_ID},
     }
 
 
@@ -83,7 +91,7 @@ def summary(
     if manifests is None:
         manifests = _manifests(root, store)
     if events is None:
-        events = Journal(root).events()
+        events = _journal(root, store).events()
     executed = sum(1 for e in events if e.outcome in ("executed", "incomplete", "failed"))
     restored = sum(1 for e in events if e.outcome == "restored")
     lookups = executed + restored
@@ -105,7 +113,7 @@ def stats(root: Path, store: Store | None = None) -> dict[str, Any]:
     {}
     """
     root = Path(root)
-    events = Journal(root).events()
+    events = _journal(root, store).events()
     result = summary(root, store, events)
     result["save_latency"] = percentiles(e.io for e in events if e.outcome == "executed")
     result["load_latency"] = percentiles(e.io for e in events if e.outcome == "restored")
@@ -136,7 +144,8 @@ def details(root: Path, target: str, store: Store | None = None) -> dict[str, An
     """
     manifests = _manifests(Path(root), store)
     manifest = reports.resolve(manifests, _checkpoint_of(Path(root), target) or target)
-    return reports.describe(manifest)
+    short = unique_prefixes([m.id for m in manifests])
+    return reports.describe(manifest, short.get(manifest.id))
 
 
 def stats_text(data: dict[str, Any]) -> str:
@@ -188,8 +197,7 @@ def plan_restore(
     >>> plan_restore(Store(".ipy_resume"), "train").target.cell_id  # doctest: +SKIP
     'train'
     """
-    journal = Journal(store.root)
-    events = journal.events()
+    events = store.journal().events()
     manifests = store.manifests()
     by_id = {m.id: m for m in manifests}
     target_event = _target_event(events, target)
@@ -258,7 +266,7 @@ def restore(
     when = plan.target.created.replace("T", " ")[:19]
     removed = plan.remove + plan.deleted
     message = (
-        f"restored {len(values)} name(s) as of checkpoint {plan.target.id} "
+        f"restored {len(values)} name(s) as of checkpoint {store.short_id(plan.target.id)} "
         f"('{plan.target.cell_id}', {when} UTC): {', '.join(sorted(values)) or 'none'}"
     )
     if removed:
@@ -314,6 +322,13 @@ def session_span(root: Path, session: str) -> str:
 
 
 # ---- helpers ------------------------------------------------------------------------------
+
+
+def _journal(root: Path, store: Store | None) -> Journal:
+    """The store's journal; through a Store when it has checkpoints, so a lost one is rebuilt."""
+    if store is None and not (root / "manifests").is_dir():
+        return Journal(root)
+    return (store or Store(root)).journal()
 
 
 def _manifests(root: Path, store: Store | None) -> list[Manifest]:

@@ -54,7 +54,7 @@ def test_key_created_under_jupyter_data_dir_with_mode_0600(_isolated_data_dir: P
     assert len(key) == 32
     assert path.read_text().strip() == key.hex()
     assert load_or_create_key() == key  # stable
-    assert [p.name for p in path.parent.iterdir()] == ["signing.key"]  # no temp left
+    assert sorted(p.name for p in path.parent.iterdir()) == ["signing.key", "signing.key.backup"]
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
@@ -103,7 +103,7 @@ def test_eight_processes_racing_agree_on_one_key(tmp_path: Path) -> None:
         assert p.exitcode == 0
     assert len(set(keys)) == 1
     assert path.read_text().strip() == keys[0]
-    assert [p.name for p in path.parent.iterdir()] == ["signing.key"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["signing.key", "signing.key.backup"]
 
 
 def test_store_default_key_comes_from_jupyter_data_dir(
@@ -170,20 +170,40 @@ def test_unsigned_manifest_is_untrusted(tmp_path: Path) -> None:
     "change",
     [{"complete": False}, {"key": "abd"}, {"info": {"evil": 1}}, {"signature": "0" * 64}],
 )
-def test_tampered_manifest_is_untrusted(tmp_path: Path, change: dict[str, object]) -> None:
+@pytest.mark.parametrize("rechecked", [False, True])
+def test_tampered_manifest_is_refused_as_damaged(
+    tmp_path: Path, change: dict[str, object], rechecked: bool
+) -> None:
+    # Our signer with content that does not verify is damage (healed: quarantined once a
+    # sound checkpoint replaces it), whether or not its unkeyed checksum was redone.
     store, path = _saved(tmp_path)
     _rewrite(path, change)
+    if rechecked:
+        doc = json.loads(path.read_text())
+        doc["checksum"] = mf.checksum(doc)
+        path.write_text(json.dumps(doc))
+    with pytest.raises(ManifestError, match="is damaged"):
+        store.find("train", "abc")
+
+
+def test_tampered_manifest_of_another_signer_is_untrusted(tmp_path: Path) -> None:
+    store, path = _saved(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["complete"] = False
+    doc["signer"] = "f" * 16
+    doc["checksum"] = mf.checksum(doc)
+    path.write_text(json.dumps(doc))
     with pytest.raises(Untrusted, match="another key"):
         store.find("train", "abc")
 
 
-def test_tampered_blob_reference_is_untrusted(tmp_path: Path) -> None:
+def test_tampered_blob_reference_is_refused(tmp_path: Path) -> None:
     store, path = _saved(tmp_path)
     doc = json.loads(path.read_text())
     ref = doc["values"]["x"]
     ref["checksum"]["hex"] = ref["blob"] = "0" * 64
     path.write_text(json.dumps(doc))
-    with pytest.raises(Untrusted):
+    with pytest.raises(ManifestError, match="is damaged"):
         store.find("train", "abc")
 
 
@@ -217,6 +237,7 @@ def test_signed_but_malformed_manifest(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     del doc["signature"]
     doc["values"]["x"]["kind"] = "mystery"
+    doc["checksum"] = mf.checksum(doc)
     doc["signature"] = signing.sign(KEY_A, mf.canonical_json(doc))
     path.write_text(json.dumps(doc))
     with pytest.raises(ManifestError, match="malformed"):

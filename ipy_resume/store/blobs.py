@@ -36,6 +36,7 @@ __all__ = [
     "SHA256",
     "XXH3",
     "BlobStore",
+    "algo_of",
     "digest",
     "new_hasher",
     "valid_address",
@@ -77,6 +78,15 @@ def valid_address(address: object, algo: str | None = None) -> bool:
     if not isinstance(address, str) or not _ADDRESS.fullmatch(address):
         return False
     return algo is None or len(address) == _HEX_LEN.get(algo, -1)
+
+
+def algo_of(address: str) -> str:
+    """The checksum algorithm a blob's name was made with, from its length.
+
+    >>> algo_of("0" * 32), algo_of("0" * 64)
+    ('xxh3_128', 'sha256')
+    """
+    return XXH3 if len(address) == _HEX_LEN[XXH3] else SHA256
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
@@ -163,13 +173,30 @@ class BlobStore:
         except FileNotFoundError:
             return False
 
-    def put(self, address: str, chunks: Iterable[Any], size: int, *, touch: bool = False) -> int:
+    def put(
+        self,
+        address: str,
+        chunks: Iterable[Any],
+        size: int,
+        *,
+        touch: bool = False,
+        verify: bool = False,
+    ) -> int:
         """Store the concatenation of *chunks* (which must hash to *address*).
 
         Returns the number of bytes written: 0 when an equal-sized file exists.
         *touch* refreshes the modification time of such a file, so that a ``gc``
         running without a lock spares it (its grace period counts from now).
+        With *verify*, such a file is first checked against its name, and written
+        afresh (the bad copy quarantined) when it fails: a save that heals a damaged
+        checkpoint never reuses a blob it has not seen to be sound.
         """
+        if (
+            verify
+            and self.exists(address, size)
+            and self.check(address, algo_of(address), address, size) is not None
+        ):
+            self.quarantine(address)
         if self.exists(address, size):
             if touch:
                 with contextlib.suppress(OSError):

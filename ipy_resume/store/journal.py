@@ -5,6 +5,11 @@ append is one transaction, a kernel killed mid-write leaves the last committed
 row intact, and several kernels can append to one store at once (SQLite's own
 locking, with a busy timeout). Manifests stay the source of truth for *what*
 is stored; the journal records *when* and *how* it was used.
+
+So a journal that is lost (deleted) or damaged (SQLite reports it malformed, or
+``quick_check`` fails when it is opened) costs no checkpoint: it is moved to
+``quarantine/`` and rebuilt from the manifests, one ``executed`` event per
+checkpoint (see :func:`events_from_manifests` for what cannot be rebuilt).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -23,12 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from . import fsio
+from .manifest import Manifest, order_key
 
 JOURNAL_FILE = "journal.sqlite"
 # failed = executed but could not be saved; uncached = executed without a key (see detail);
 # resumed = the start of a kernel session brought back by %resume or a timeline restore.
 OUTCOMES = ("executed", "restored", "incomplete", "failed", "uncached", "resumed")
 _BUSY_TIMEOUT_S = 30.0
+_SETTLE_SECONDS = 60.0
+_REBUILT_PREFIX = "rebuilt-"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -102,44 +110,136 @@ class Journal:
     >>> journal.append(Event(cell_id="train", session="s1", outcome="executed"))  # doctest: +SKIP
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, source: Callable[[set[str]], Iterable[Manifest]] | None = None
+    ) -> None:
         self.root = Path(root)
         self.path = self.root / JOURNAL_FILE
+        # the store's verified manifests except those of the ids given: what a lost or
+        # damaged journal is rebuilt from, and what fills rows a damaged WAL dropped
+        self.source = source
         self._conn: sqlite3.Connection | None = None
+        self._inode: int | None = None
         self._lock = threading.Lock()
+        self.rebuilt = 0  # events this object rebuilt from manifests
+        self.quarantined: list[str] = []  # damaged journal files this object moved away
 
     @contextmanager
-    def _connect(self, create: bool) -> Iterator[sqlite3.Connection | None]:
+    def _connect(
+        self, create: bool, skip: frozenset[str | None] = frozenset()
+    ) -> Iterator[sqlite3.Connection | None]:
         # One connection per Journal, kept open: opening and closing per event made SQLite
         # checkpoint the WAL (with fsyncs) on every close, ~10 ms per cell.
         with self._lock:
-            if self._conn is not None and not self.path.exists():
-                self._close_locked()  # the store was deleted under us
+            if self._conn is not None and self._inode != _inode(self.path):
+                # deleted under us, or moved to quarantine by another process that found
+                # it damaged: what we would write there is lost, so follow the new file
+                self._close_locked()
             if self._conn is None:
-                if not create and not self.path.exists():
+                missing = not self.path.exists()
+                if missing and not create and not self._rebuildable():
                     yield None
                     return
-                if create:
-                    fsio.makedirs(self.root)
-                conn = sqlite3.connect(
-                    self.path,
-                    timeout=_BUSY_TIMEOUT_S,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
-                conn.execute("PRAGMA journal_mode=WAL")
-                # In WAL mode NORMAL keeps every committed row through a killed process; only
-                # an OS crash may lose the newest rows, never the file's consistency.
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
-                self._conn = conn
+                self._conn = self._open_locked(missing, skip)
             yield self._conn
+
+    def _rebuildable(self) -> bool:
+        return self.source is not None and (self.root / "manifests").is_dir()
+
+    def _open_locked(self, missing: bool, skip: frozenset[str | None]) -> sqlite3.Connection:
+        """Open the journal; a damaged one is quarantined, a lost one rebuilt.
+
+        *skip*: checkpoints not to rebuild (the one whose event is being appended: a new
+        store's journal is created by the first event, after its manifest).
+        """
+        fsio.makedirs(self.root)
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = self._open_file()
+            if not missing and self.source is not None:
+                # a flipped page is found here, once per process, not in the middle of a row
+                status = conn.execute("PRAGMA quick_check").fetchone()
+                if status is None or status[0] != "ok":
+                    raise sqlite3.DatabaseError(f"quick_check: {status[0] if status else '?'}")
+        except sqlite3.OperationalError:
+            raise  # busy, locked, read-only, I/O: not damage
+        except sqlite3.DatabaseError:
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._quarantine_files()
+            conn = self._open_file()
+            missing = True
+        if self.source is not None:
+            # Also for a sound journal: rows that a damaged WAL dropped come back.  Then
+            # only checkpoints older than a minute count, so one whose kernel is about to
+            # append its event is not given a second one.
+            self.rebuilt += rebuild(
+                conn, self.source, skip, settle=0.0 if missing else _SETTLE_SECONDS
+            )
+        return conn
+
+    def _open_file(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=_BUSY_TIMEOUT_S,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode NORMAL keeps every committed row through a killed process; only
+            # an OS crash may lose the newest rows, never the file's consistency.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        self._inode = _inode(self.path)
+        return conn
+
+    def _quarantine_files(self) -> None:
+        """Move a damaged journal (and its WAL and shared memory) to quarantine/."""
+        stamp = f"{int(time.time() * 1000)}.{uuid.uuid4().hex[:6]}"
+        folder = self.root / "quarantine"
+        for suffix in ("", "-wal", "-shm"):
+            src = self.root / (JOURNAL_FILE + suffix)
+            if not src.exists():
+                continue
+            with contextlib.suppress(OSError):
+                fsio.makedirs(folder)
+                fsio.move(src, folder / f"{JOURNAL_FILE}{suffix}.{stamp}")
+                self.quarantined.append(f"quarantine/{JOURNAL_FILE}{suffix}.{stamp}")
+
+    def _recovering(
+        self,
+        action: Callable[[sqlite3.Connection], Any],
+        create: bool,
+        skip: frozenset[str | None] = frozenset(),
+    ) -> Any:
+        """Run *action* on the connection; a journal found damaged meanwhile is rebuilt once."""
+        for attempt in (0, 1):
+            with self._connect(create=create, skip=skip) as conn:
+                if conn is None:
+                    return None
+                try:
+                    return action(conn)
+                except sqlite3.OperationalError:
+                    raise
+                except sqlite3.DatabaseError:
+                    if attempt or self.source is None:
+                        raise
+            with self._lock:
+                self._close_locked()
+                self._quarantine_files()
+        return None  # pragma: no cover - the loop returns or raises
 
     def _close_locked(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
+            self._inode = None
 
     def close(self) -> None:
         """Close the connection (it reopens on the next use)."""
@@ -148,31 +248,28 @@ class Journal:
 
     def append(self, event: Event) -> Event:
         """Commit *event* durably; returns it with ``seq`` filled in."""
-        with self._connect(create=True) as conn:
-            assert conn is not None
-            cursor = conn.execute(
-                "INSERT INTO events (event_id, checkpoint_id, cell_id, key, parent, session,"
-                " started, created, duration, saved, io, bytes, names, outcome, detail)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    event.event_id,
-                    event.checkpoint_id,
-                    event.cell_id,
-                    event.key,
-                    event.parent,
-                    event.session,
-                    event.started,
-                    event.created,
-                    event.duration,
-                    event.saved,
-                    event.io,
-                    event.bytes,
-                    json.dumps(sorted(event.names)),
-                    event.outcome,
-                    event.detail,
-                ),
-            )
-            event.seq = cursor.lastrowid
+
+        def insert(conn: sqlite3.Connection) -> int | None:
+            if event.checkpoint_id is None or event.outcome not in ("executed", "incomplete"):
+                return _insert(conn, event).lastrowid
+            # A journal rebuilt while this checkpoint's kernel was between its manifest and
+            # this event holds a stand-in for it: the real event takes its place.
+            stand_in = f"{_REBUILT_PREFIX}{event.checkpoint_id}"
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                seq = _insert(conn, event).lastrowid
+                if conn.execute("DELETE FROM events WHERE event_id = ?", (stand_in,)).rowcount:
+                    conn.execute(
+                        "UPDATE events SET parent = ? WHERE parent = ?", (event.event_id, stand_in)
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            return seq
+
+        event.seq = self._recovering(insert, create=True, skip=frozenset([event.checkpoint_id]))
         return event
 
     def events(
@@ -202,19 +299,21 @@ class Journal:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        with self._connect(create=False) as conn:
-            if conn is None:
-                return []
+
+        def query(conn: sqlite3.Connection) -> list[Event]:
             conn.row_factory = sqlite3.Row
             return [_row_to_event(row) for row in conn.execute(sql, params)]
+
+        return self._recovering(query, create=False) or []
 
     def checkpoint_ids(self) -> set[str]:
         """Every checkpoint id an event refers to."""
         sql = "SELECT DISTINCT checkpoint_id FROM events WHERE checkpoint_id IS NOT NULL"
-        with self._connect(create=False) as conn:
-            if conn is None:
-                return set()
+
+        def query(conn: sqlite3.Connection) -> set[str]:
             return {row[0] for row in conn.execute(sql)}
+
+        return self._recovering(query, create=False) or set()
 
     def last(self, session: str | None = None) -> Event | None:
         """The most recent event (of *session*, when given)."""
@@ -224,12 +323,156 @@ class Journal:
             sql += " WHERE session = ?"
             params = (session,)
         sql += " ORDER BY seq DESC LIMIT 1"
-        with self._connect(create=False) as conn:
-            if conn is None:
-                return None
+
+        def query(conn: sqlite3.Connection) -> Event | None:
             conn.row_factory = sqlite3.Row
             row = conn.execute(sql, params).fetchone()
             return None if row is None else _row_to_event(row)
+
+        result: Event | None = self._recovering(query, create=False)
+        return result
+
+
+def _insert(conn: sqlite3.Connection, event: Event, ignore: bool = False) -> sqlite3.Cursor:
+    verb = "INSERT OR IGNORE" if ignore else "INSERT"
+    return conn.execute(
+        f"{verb} INTO events (event_id, checkpoint_id, cell_id, key, parent, session,"
+        " started, created, duration, saved, io, bytes, names, outcome, detail)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            event.event_id,
+            event.checkpoint_id,
+            event.cell_id,
+            event.key,
+            event.parent,
+            event.session,
+            event.started,
+            event.created,
+            event.duration,
+            event.saved,
+            event.io,
+            event.bytes,
+            json.dumps(sorted(event.names)),
+            event.outcome,
+            event.detail,
+        ),
+    )
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
+
+
+REBUILT = "rebuilt from its manifest: the journal was lost or damaged"
+"""``detail`` of the events :func:`rebuild` makes."""
+
+
+def events_from_manifests(manifests: Iterable[Manifest]) -> list[Event]:
+    """One event per checkpoint, as its execution was journaled, oldest first.
+
+    What a manifest cannot tell is lost with a journal: restores and failed or
+    uncached runs, and the link of a ``%resume``/restore to the event it resumed
+    (a session's events are chained in time order, each session starting fresh).
+
+    >>> events_from_manifests([])
+    []
+    """
+    out: list[Event] = []
+    last_of_session: dict[str, str] = {}
+    for m in sorted(manifests, key=order_key):
+        session = m.info.get("session")
+        session = session if isinstance(session, str) and session else "rebuilt"
+        started = datetime.fromisoformat(m.created.replace("Z", "+00:00")).timestamp()
+        duration = m.info.get("duration")
+        event = Event(
+            cell_id=m.cell_id,
+            session=session,
+            outcome="executed" if m.complete else "incomplete",
+            checkpoint_id=m.id,
+            key=m.key,
+            parent=last_of_session.get(session),
+            started=started,
+            duration=float(duration) if isinstance(duration, (int, float)) else 0.0,
+            bytes=m.bytes_written,
+            names=sorted(m.values),
+            detail=REBUILT,
+            event_id=f"{_REBUILT_PREFIX}{m.id}",
+        )
+        last_of_session[session] = event.event_id
+        out.append(event)
+    return out
+
+
+def rebuild(
+    conn: sqlite3.Connection,
+    source: Callable[[set[str]], Iterable[Manifest]],
+    skip: Iterable[str | None] = (),
+    settle: float = 0.0,
+) -> int:
+    """Add an event for each checkpoint the journal does not name; returns how many.
+
+    *source* gives the verified manifests except those of the ids it is passed (only
+    the missing ones are read); *skip* are ids not to add; with *settle*, checkpoints
+    younger than that many seconds are left for their own kernel to journal.  Loop
+    checkpoints of ``resumable`` never had events and get none.  One transaction,
+    taken before reading what is there, so two processes rebuilding add each event once.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        known = {row[0] for row in conn.execute("SELECT DISTINCT checkpoint_id FROM events")}
+        known.update(i for i in skip if i)
+        cutoff = time.time() - settle
+        manifests = [
+            m
+            for m in source({i for i in known if i})
+            if m.id not in known
+            and m.info.get("kind") != "loop"
+            and (not settle or m.created_at.timestamp() < cutoff)
+        ]
+        added = 0
+        for event in events_from_manifests(manifests):
+            added += _insert(conn, event, ignore=True).rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    return added
+
+
+def check(root: Path) -> str | None:
+    """What is wrong with the journal of the store at *root* (None: sound or absent).
+
+    Reads only: a damaged journal is moved away and rebuilt by the next
+    :class:`Journal` with a source (the engine's, ``gc``'s).
+
+    >>> check(Path("/nonexistent")) is None
+    True
+    """
+    path = Path(root) / JOURNAL_FILE
+    if not path.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=_BUSY_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        return f"cannot be opened ({exc})"
+    try:
+        status = conn.execute("PRAGMA quick_check").fetchone()
+        if status is None or status[0] != "ok":
+            return f"is damaged ({status[0] if status else 'no answer'})"
+        conn.execute("SELECT COUNT(*) FROM events").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return "is damaged (it has no events table)"
+        return None  # busy or locked: in use, not damaged
+    except sqlite3.DatabaseError as exc:
+        return f"is damaged ({exc})"
+    finally:
+        conn.close()
+    return None
 
 
 def _row_to_event(row: sqlite3.Row) -> Event:

@@ -9,7 +9,10 @@ from its first blob to its manifest, and ``gc`` takes the lock *exclusively*:
 it never runs while any save is between "blob exists" and "manifest
 committed", and a save that starts during a ``gc`` waits for it.
 
-The lock is ``flock(2)`` on the file ``lock`` in the store folder.  The kernel
+The lock is ``flock(2)`` on the file ``lock`` in the store folder.  Losing that
+file costs nothing: it is created again, and a holder checks after locking that
+the name still leads to the file it locked (else it locks the new one), so a
+deleted lock file never lets ``gc`` and a save in at once.  The kernel
 drops it when its holder dies, so a lock left by a killed process is recovered
 at once: nothing stale can remain.  An exclusive holder records who it is in
 the file (pid, host, purpose, start time) so a waiter that times out can say
@@ -153,17 +156,19 @@ def hold(
     """
     folder = Path(root)
     path = folder / LOCK_FILE
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    deadline = time.monotonic() + timeout
+    fd = _open(path)
     try:
-        fd = os.open(path, flags, 0o666)
-    except PermissionError:
-        # A read-only store cannot be changed anyway; callers report the write error.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        deadline = time.monotonic() + timeout
         pause = 0.001
         while True:
             got = _try(fd, exclusive)
+            if got and not _same_file(fd, path):
+                # The lock file was deleted (or replaced) while we waited: a lock on the old
+                # inode excludes nobody who opens the new one, so take the lock again there.
+                os.close(fd)
+                fd = -1
+                fd = _open(path)
+                continue
             if got is not False:
                 break
             if time.monotonic() >= deadline:
@@ -189,4 +194,24 @@ def hold(
                 os.pwrite(fd, json.dumps(doc).encode("utf-8"), 0)
         yield bool(got)
     finally:
-        os.close(fd)  # closing the descriptor releases the flock
+        if fd >= 0:
+            os.close(fd)  # closing the descriptor releases the flock
+
+
+def _open(path: Path) -> int:
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, 0o666)
+    except PermissionError:
+        # A read-only store cannot be changed anyway; callers report the write error.
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """True while *path* still names the file open as *fd* (a lost lock file is recreated)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)

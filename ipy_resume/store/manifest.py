@@ -24,7 +24,7 @@ import shlex
 import threading
 import time
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +38,17 @@ __all__ = [
     "Manifest",
     "canonical_json",
     "cell_dir",
+    "checksum",
     "decode",
     "encode",
     "new_checkpoint_id",
     "now_iso",
+    "order_key",
     "read",
     "resign",
+    "signer",
+    "unique_prefixes",
+    "valid_id",
 ]
 
 # 2: pickled values of one checkpoint may be grouped (``member``) and link to other
@@ -60,27 +65,91 @@ def canonical_json(doc: Any) -> bytes:
     ).encode("utf-8")
 
 
-def now_iso() -> str:
-    """The current time as ISO 8601 UTC with milliseconds, e.g. ``2026-05-09T07:35:25.123Z``."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
-
-
-_id_lock = threading.Lock()
+_clock_lock = threading.Lock()
 _last_ms = 0
 
 
-def new_checkpoint_id() -> str:
-    """16 hex digits: 11 of the time in ms (so lexical order ≈ creation order) + 5 random.
+def now_iso() -> str:
+    """The current time as ISO 8601 UTC with milliseconds, e.g. ``2026-05-09T07:35:25.123Z``.
 
-    Within one process ids are strictly time-ordered.  (11 digits are needed:
-    today's epoch milliseconds no longer fit in 10.)
+    Strictly increasing within a process (a millisecond is added where two calls fall in
+    one): ``created`` orders the checkpoints of a key now that ids are random.
+
+    >>> now_iso() < now_iso()
+    True
     """
     global _last_ms
-    with _id_lock:
+    with _clock_lock:
         ms = max(time.time_ns() // 1_000_000, _last_ms + 1)
         _last_ms = ms
-    return f"{ms:011x}{secrets.randbits(20):05x}"
+    # whole seconds plus a timedelta: ms / 1000 as a float may round down a millisecond
+    stamp = _dt.datetime.fromtimestamp(ms // 1000, _dt.timezone.utc)
+    stamp += _dt.timedelta(milliseconds=ms % 1000)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_checkpoint_id() -> str:
+    """16 random hex digits: ids of checkpoints made in one second differ from the first one.
+
+    Ids used to start with the time, so checkpoints made within seconds shared their
+    first 8 characters and a copied prefix was ambiguous; the time lives in ``created``.
+
+    >>> len(new_checkpoint_id()), new_checkpoint_id() != new_checkpoint_id()
+    (16, True)
+    """
+    return f"{secrets.randbits(64):016x}"
+
+
+def valid_id(text: str) -> bool:
+    """True for a checkpoint id: 16 lowercase hex digits.
+
+    >>> valid_id("3f2a9c1d2e4b5a6f"), valid_id("nope")
+    (True, False)
+    """
+    return bool(_ID.fullmatch(text))
+
+
+def order_key(m: Manifest) -> tuple[str, str]:
+    """Sort key for checkpoints in the order they were made: ``created``, then ``id``.
+
+    ``created`` is ISO 8601 UTC with a fixed width, so it sorts as text; ids of format-1
+    stores were time-ordered, new ones are random and only break ties.
+    """
+    return (m.created, m.id)
+
+
+SHORT_ID = 8
+"""Displayed ids are at least this long (as git abbreviates hashes to 7)."""
+
+
+def unique_prefixes(ids: Iterable[str], minimum: int = SHORT_ID) -> dict[str, str]:
+    """The shortest prefix of each id, at least *minimum* long, that no other id shares.
+
+    Each prefix grows only where another id needs it to, as ``git log --abbrev`` does:
+    a prefix names exactly one of *ids*.
+
+    >>> unique_prefixes(["1a22f22d01", "1a22f22d99", "7c0ffee123"], minimum=4)
+    {'1a22f22d01': '1a22f22d0', '1a22f22d99': '1a22f22d9', '7c0ffee123': '7c0f'}
+    """
+    ordered = sorted(set(ids))
+    out: dict[str, str] = {}
+    for i, ident in enumerate(ordered):
+        need = minimum
+        # only the neighbours in sorted order can share a longer prefix
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(ordered):
+                need = max(need, _common(ident, ordered[j]) + 1)
+        out[ident] = ident[:need]
+    return out
+
+
+def _common(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def cell_dir(cell_id: str) -> str:
@@ -223,6 +292,12 @@ class BlobRef:
             yield from b.walk()
 
 
+def _seed_base(doc: Mapping[str, Any]) -> int | None:
+    if "seed_base" not in doc:
+        return None
+    return int(_get(doc, "seed_base", int))
+
+
 def _refs(doc: Any, key: str, optional: bool = False) -> dict[str, BlobRef]:
     if optional and key not in doc:
         return {}
@@ -252,6 +327,9 @@ class Manifest:
     # Values of other checkpoints that this one's values share objects with, by
     # "<checkpoint id>/<name>" (see ipy_resume.sharing); absent from older manifests.
     links: dict[str, BlobRef] = field(default_factory=dict)
+    # The store's base seed (see info.py), one of its redundant copies; absent from older
+    # manifests, and ignored by readers that predate it.
+    seed_base: int | None = None
 
     @property
     def created_at(self) -> _dt.datetime:
@@ -288,6 +366,8 @@ class Manifest:
         }
         if self.links:  # written only when used, so older readers' documents are unchanged
             doc["links"] = {k: v.to_json() for k, v in self.links.items()}
+        if self.seed_base is not None:
+            doc["seed_base"] = self.seed_base
         return doc
 
     @classmethod
@@ -320,6 +400,7 @@ class Manifest:
             signature=signature if isinstance(signature, str) else None,
             path=path,
             links=_refs(doc, "links", optional=True),
+            seed_base=_seed_base(doc),
         )
 
 
@@ -327,9 +408,33 @@ class Manifest:
 # signing, reading, writing
 
 
+def signer(key: bytes) -> str:
+    """A public fingerprint of *key*, written into each manifest it signs.
+
+    With ``checksum`` it tells a manifest of ours that was damaged (heal it) from one
+    signed under another key (keep it: its owner may share the store, or ``trust`` it).
+
+    >>> len(signer(bytes(32)))
+    16
+    """
+    return hashlib.sha256(b"ipy_resume signer\0" + key).hexdigest()[:16]
+
+
+def checksum(doc: Mapping[str, Any]) -> str:
+    """sha256 of the document without its ``signature`` and ``checksum``: accidental damage.
+
+    Both fields are inside the signed content, so readers that predate them verify
+    such manifests as before.
+    """
+    body = {k: v for k, v in doc.items() if k not in ("signature", "checksum")}
+    return hashlib.sha256(canonical_json(body)).hexdigest()[:32]
+
+
 def encode(manifest: Manifest, key: bytes) -> bytes:
     """The signed file content of *manifest* (sets ``manifest.signature``)."""
     doc = manifest.to_json()
+    doc["signer"] = signer(key)
+    doc["checksum"] = checksum(doc)
     manifest.signature = signing.sign(key, canonical_json(doc))
     doc["signature"] = manifest.signature
     return _file_bytes(doc)
@@ -420,13 +525,28 @@ def decode(
     doc = _parse(data, rel)
     signature = doc.pop("signature", None)
     what = describe(doc.get("cell_id"), doc.get("id"))
+    damaged = (
+        f"{what} in {rel} is damaged ({{}}); it is ignored, the cell will execute again and "
+        "the file is moved to quarantine/ once a sound checkpoint replaces it. "
+        "Run 'ipy-resume verify' to list others."
+    )
+    try:
+        signed = canonical_json(doc)
+        sound = "checksum" not in doc or doc["checksum"] == checksum(doc)
+    except ValueError:  # a number damaged into one out of range (1e999): no JSON has it
+        raise ManifestError(damaged.format("it holds an impossible number"), path=rel) from None
+    if not sound:
+        raise ManifestError(damaged.format("its checksum does not match"), path=rel)
     if signature is None:
         raise Untrusted(
             f"{what} in {rel} is unsigned; it is not trusted and the cell will execute again. "
             + _trust_hint(store),
             path=rel,
         )
-    if not signing.verify(key, canonical_json(doc), signature):
+    if not signing.verify(key, signed, signature):
+        if "checksum" in doc and doc.get("signer") == signer(key):
+            # intact content signed by this key: only the signature itself was hit
+            raise ManifestError(damaged.format("its signature was altered"), path=rel)
         raise Untrusted(
             f"{what} in {rel} was signed under another key (another user or machine, or it "
             "was altered); it is not trusted and the cell will execute again. "

@@ -3,9 +3,13 @@
 What ``gc`` removes, in this order (so a crash at any point leaves a sound
 store, at worst with orphans for the next ``gc``):
 
+0. what ``verify`` finds is healed first: a damaged or missing ``store.json`` (or
+   backup) is written again, a damaged or lost journal rebuilt from the manifests;
 1. checkpoints dropped by the retention rules (their manifests);
-2. unreadable manifests (bad JSON or structure: they can never be restored);
-3. blobs no kept manifest refers to;
+2. unreadable or damaged manifests, checkpoints whose blobs are missing or fail
+   their checksum (they can never be restored: their cells execute again), and
+   files in ``objects/`` or ``manifests/`` that are not part of the store;
+3. blobs no kept manifest refers to (damaged ones included);
 4. temporary files left by interrupted writes (``.tmp-*``);
 5. everything in ``quarantine/``;
 6. folders left empty.
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sqlite3
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from ipy_resume import units
 from ipy_resume.store import blobs, fsio, lock, manifest
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
+from ipy_resume.store.journal import Journal
 from ipy_resume.store.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -157,6 +163,10 @@ class GcReport:
     removed_quarantine: int = 0
     quarantine_bytes: int = 0
     removed_unreadable: list[str] = field(default_factory=list)  # relative paths
+    removed_broken: list[str] = field(default_factory=list)  # manifests whose blobs are bad
+    removed_strays: list[str] = field(default_factory=list)  # files that are no blob
+    removed_journal: list[str] = field(default_factory=list)  # a damaged journal, set aside
+    rebuilt_events: int = 0  # timeline events rebuilt from manifests
     untrusted_kept: int = 0
     size_after: int = 0  # bytes of kept manifests and the blobs they reference
     locked: bool = True
@@ -175,6 +185,9 @@ class GcReport:
             "removed_temp": self.removed_temp,
             "removed_quarantine": self.removed_quarantine,
             "removed_unreadable": list(self.removed_unreadable),
+            "removed_broken": list(self.removed_broken),
+            "removed_strays": list(self.removed_strays),
+            "rebuilt_events": self.rebuilt_events,
             "untrusted_kept": self.untrusted_kept,
             "freed": self.freed,
             "size_after": self.size_after,
@@ -197,6 +210,26 @@ class GcReport:
             lines.append(
                 f"removed {len(self.removed_unreadable)} unreadable manifest(s): "
                 + ", ".join(self.removed_unreadable)
+            )
+        if self.removed_broken:
+            lines.append(
+                f"removed {len(self.removed_broken)} checkpoint(s) whose data was damaged or "
+                "missing (their cells execute again when next run): "
+                + ", ".join(self.removed_broken)
+            )
+        if self.removed_strays:
+            lines.append(
+                f"removed {len(self.removed_strays)} file(s) that were not part of the store: "
+                + ", ".join(self.removed_strays)
+            )
+        if self.rebuilt_events or self.removed_journal:
+            lines.append(
+                f"rebuilt the timeline from the manifests ({self.rebuilt_events} event(s))"
+                + (
+                    "; the damaged journal went to quarantine and was deleted"
+                    if self.removed_journal
+                    else ""
+                )
             )
         if self.untrusted_kept:
             lines.append(
@@ -312,7 +345,7 @@ def _retain(
     removed: list[Manifest] = []
     newest: set[str] = set()
     for group in by_cell.values():
-        group.sort(key=lambda m: m.id, reverse=True)
+        group.sort(key=manifest.order_key, reverse=True)
         newest.add(group[0].id)
         limit = len(group) if keep_last is None else keep_last
         kept.extend(group[:limit])
@@ -333,7 +366,7 @@ def _retain(
         return held + sum(scan.sizes.get(m.path, 0) for m in kept if m.path is not None)
 
     size = total()
-    for m in sorted(kept, key=lambda m: m.id):
+    for m in sorted(kept, key=manifest.order_key):
         if size <= max_size:
             break
         if m.id in newest:
@@ -350,6 +383,31 @@ def _retain(
             "gc never removes those (delete a cell's checkpoints by hand if you must)"
         )
     return kept, removed, notes
+
+
+def _still_broken(store: Store, m: Manifest, addresses: list[str]) -> bool:
+    refs = {r.blob: r for r in m.blob_refs()}
+    return any(
+        a in refs and store.blobs.check(a, refs[a].algo, refs[a].checksum, refs[a].size)
+        for a in addresses
+    )
+
+
+def _heal_files(store: Store, report: GcReport) -> None:
+    """Write store.json and its backup again where one is damaged, and rebuild the journal."""
+    try:
+        store._resolve_info(heal=True)
+    except StoreError as exc:  # a newer format: nothing of it is touched
+        report.notes.append(str(exc))
+    healer = Journal(store.root, source=store.manifests_except)
+    try:
+        healer.last()  # opening it checks it; a damaged or missing one is rebuilt
+    except sqlite3.Error as exc:
+        report.notes.append(f"the journal could not be checked ({exc}); run gc again later")
+    finally:
+        healer.close()
+    report.rebuilt_events = healer.rebuilt
+    report.removed_journal = [*healer.quarantined]
 
 
 def collect(
@@ -374,12 +432,24 @@ def collect(
     report = GcReport()
     if not store.root.is_dir():
         return report
+    # What verify finds, found first and without the lock (it reads every blob): gc acts
+    # on it below, checking again under the lock what it removes.
+    found = store.audit()
+    _heal_files(store, report)
     with lock.hold(store.root, exclusive=True, timeout=timeout, purpose="gc") as locked:
         report.locked = locked
         if grace is None:
             grace = 0.0 if locked else UNLOCKED_GRACE
         now = time.time()
         scan = _scan(store)
+        # checkpoints that can never load: a blob is missing or fails its checksum (a
+        # concurrent save may have written it again since the audit: checked again)
+        broken = {
+            m.path
+            for m in scan.trusted
+            if m.path in found.broken and _still_broken(store, m, found.broken[m.path])
+        }
+        scan.trusted = [m for m in scan.trusted if m.path not in broken]
         files = _blob_files(store)
         blob_sizes = {a: _size(p) for a, p in files.items()}
         kept, removed, notes = _retain(scan, keep_last, max_size, blob_sizes)
@@ -397,7 +467,7 @@ def collect(
             return True
 
         # 1-2. manifests first: from here on nothing refers to what follows
-        for m in sorted(removed, key=lambda m: m.id):
+        for m in sorted(removed, key=manifest.order_key):
             assert m.path is not None
             if not remove(m.path):
                 kept.append(m)  # still there, so are its blobs
@@ -408,6 +478,13 @@ def collect(
             if remove(path):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
                 report.removed_unreadable.append(store._rel(path))
+        for path in sorted(p for p in broken if p is not None):
+            if remove(path):
+                report.checkpoint_bytes += scan.sizes.get(path, 0)
+                report.removed_broken.append(store._rel(path))
+        for path in found.strays:
+            if _old_enough(path, grace, now) and remove(path):
+                report.removed_strays.append(store._rel(path))
         report.kept_checkpoints = len(kept)
 
         # 3. blobs no kept manifest refers to

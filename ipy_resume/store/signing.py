@@ -5,7 +5,9 @@ The key is 32 random bytes stored as hex in
 readable by its owner only.  It is created atomically: written to a temporary
 file created with mode 0600, fsynced, then published with ``os.link``; when
 several processes race, the first link wins and the others read the winner's
-key, so every process ends with the same key.
+key, so every process ends with the same key.  A backup beside it
+(``signing.key.backup``, with a digest of the key) replaces it when it is lost
+or damaged, and is itself written again when it is.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ipy_resume.store import fsio
 __all__ = [
     "KEY_BYTES",
     "KeyFileError",
+    "backup_path",
     "default_key_path",
     "load_or_create_key",
     "sign",
@@ -43,22 +46,97 @@ def default_key_path() -> Path:
     return Path(jupyter_data_dir()) / "ipy_resume" / "signing.key"
 
 
+def backup_path(path: str | os.PathLike[str]) -> Path:
+    """Where the backup of the key at *path* lives: ``<path>.backup`` beside it.
+
+    >>> backup_path("/k/signing.key").name
+    'signing.key.backup'
+    """
+    p = Path(path)
+    return p.with_name(p.name + ".backup")
+
+
+def _fingerprint(key: bytes) -> str:
+    return hashlib.sha256(b"ipy_resume key backup\0" + key).hexdigest()[:16]
+
+
+def _backup_bytes(key: bytes) -> bytes:
+    # the key plus a digest of it: a backup that was damaged is found, not used, and a key
+    # file damaged into other valid hex digits is told apart from the backup
+    return key.hex().encode("ascii") + b"\n" + _fingerprint(key).encode("ascii") + b"\n"
+
+
+def _read_backup(path: Path) -> bytes | None:
+    """The key in a sound backup file, else None (missing, unreadable or damaged)."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read(4 * KEY_BYTES + 64).decode("ascii").split()
+        key = bytes.fromhex(lines[0])
+    except (OSError, UnicodeDecodeError, ValueError, IndexError):
+        return None
+    if len(key) != KEY_BYTES or len(lines) != 2 or lines[1] != _fingerprint(key):
+        return None
+    return key
+
+
 def load_or_create_key(path: str | os.PathLike[str] | None = None) -> bytes:
-    """Return the signing key at *path* (default :func:`default_key_path`), creating it if needed."""
+    """Return the signing key at *path* (default :func:`default_key_path`), creating it if needed.
+
+    The key is kept twice: in *path* and, with a digest of it, in :func:`backup_path`.
+    When one of them is lost or damaged the other is used and the lost one written
+    again, so every checkpoint signed with the key stays trusted.  A key file with no
+    backup (made before backups existed, or mounted as a secret) gets one when its folder
+    is writable.
+
+    >>> len(load_or_create_key("/tmp/doc-keys/signing.key"))  # doctest: +SKIP
+    32
+    """
     key_path = Path(path) if path is not None else default_key_path()
+    spare = backup_path(key_path)
+    backed = _read_backup(spare)
+    key: bytes | None
     try:
-        return _read_key(key_path)
+        key = _read_key(key_path)
     except FileNotFoundError:
-        pass
-    fsio.makedirs(key_path.parent.parent)
-    fsio.makedirs(key_path.parent, mode=0o700)  # our own folder: owner only
-    material = secrets.token_bytes(KEY_BYTES).hex().encode("ascii") + b"\n"
+        key = backed
+    except KeyFileError:
+        if backed is None:
+            raise
+        key = backed  # damaged: the backup has it (and the key file is written again)
+    if key is not None and backed is not None and key != backed:
+        key = backed  # the key file changed into other valid digits; the backup checks itself
+    if key is None:
+        fsio.makedirs(key_path.parent.parent)
+        fsio.makedirs(key_path.parent, mode=0o700)  # our own folder: owner only
+        material = secrets.token_bytes(KEY_BYTES).hex().encode("ascii") + b"\n"
+        try:
+            with fsio.atomic_write(key_path, exclusive=True, mode=0o600) as f:
+                f.write(material)
+        except FileExistsError:
+            pass  # another process won the race: use its key
+        key = _read_key(key_path)
+    elif _file_key(key_path) != key:
+        _write_quietly(key_path, key.hex().encode("ascii") + b"\n")
+    if backed != key:
+        _write_quietly(spare, _backup_bytes(key))
+    return key
+
+
+def _file_key(path: Path) -> bytes | None:
     try:
-        with fsio.atomic_write(key_path, exclusive=True, mode=0o600) as f:
-            f.write(material)
-    except FileExistsError:
-        pass  # another process won the race: use its key
-    return _read_key(key_path)
+        return _read_key(path)
+    except (OSError, KeyFileError):
+        return None
+
+
+def _write_quietly(path: Path, data: bytes) -> None:
+    """Write a copy of the key (mode 0600); a read-only folder (a mounted secret) is fine."""
+    try:
+        fsio.makedirs(path.parent, mode=0o700)
+        with fsio.atomic_write(path, mode=0o600) as f:
+            f.write(data)
+    except OSError:
+        pass
 
 
 def _read_key(path: Path) -> bytes:

@@ -2,7 +2,9 @@
 
 Layout of a store folder::
 
-    store.json                           {"format", "created", "seed_base"}, created once
+    store.json, store.backup.json        {"format", "created", "seed_base", "check"} (info.py)
+    journal.sqlite                       the timeline (journal.py), rebuilt from manifests if lost
+    lock                                 the store lock (lock.py); its content is advisory
     objects/ab/cdef…                     content-addressed blobs (see blobs.py)
     manifests/<cell-dir>/<key>/<id>.json signed manifests, the commit records
     quarantine/                          blobs that failed verification
@@ -17,11 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import platform
 import re
 import secrets
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,22 +33,27 @@ from typing import Any, Protocol
 import numpy as np
 
 from ipy_resume import modrefs
-from ipy_resume.store import blobs, codecs, fsio, lock, manifest, retention, signing
+from ipy_resume.store import blobs, codecs, fsio, info, lock, manifest, retention, signing
+from ipy_resume.store.audit import Audit
+from ipy_resume.store.audit import audit as audit_store
 from ipy_resume.store.blobs import SHA256, XXH3, BlobStore
 from ipy_resume.store.fsio import (
+    CorruptBlob,
     FormatTooNew,
     ManifestError,
     SaveError,
     StoreError,
+    Untrusted,
 )
+from ipy_resume.store.journal import Journal
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import BlobRef, Manifest
 from ipy_resume.store.retention import GcReport
 
 __all__ = ["PACK_TARGET", "PACK_VALUE_MAX", "DecodeError", "Linker", "SaveResult", "Store"]
 
-# The layout of store.json; manifests carry their own format (manifest.FORMAT_VERSION).
-STORE_FORMAT_VERSION = 1
+# The layout of store.json (see info.py); manifests carry their own (manifest.FORMAT_VERSION).
+STORE_FORMAT_VERSION = info.STORE_FORMAT_VERSION
 PACK_VALUE_MAX = 1 << 20
 """Pickle streams smaller than this are packed together; larger ones get their own blob."""
 PACK_TARGET = 16 << 20
@@ -58,6 +65,8 @@ _KEY = re.compile(r"[0-9A-Za-z_-]{1,200}")
 # Below this many bytes in all, reading a checkpoint's blobs two at a time gains nothing.
 _PREFETCH_MIN = 16 << 20
 _VERIFY_HINT = "Run 'ipy-resume verify' to list others."
+_ID_CACHE_SECONDS = 5.0
+_READ_CACHE_MAX = 50_000
 
 
 class DecodeError(StoreError):
@@ -171,9 +180,12 @@ def token(checkpoint_id: str, name: str) -> str:
 class _Writer:
     """Turns the values of one save into blobs, tracking refs and bytes written."""
 
-    def __init__(self, store: BlobStore, touch: bool = False) -> None:
+    def __init__(self, store: BlobStore, touch: bool = False, verify: bool = False) -> None:
         self.blobs = store
         self.touch = touch  # refresh the mtime of deduped blobs (no lock: gc's grace rule)
+        # check blobs before reusing them (the save heals a checkpoint that failed to load)
+        self.verify = verify
+        self._sound: set[str] = set()  # blobs checked sound during this save
         self.bytes_written = 0
         self.current: Path | None = None  # the file being written, for error messages
         self.refs: dict[str, BlobRef] = {}
@@ -187,8 +199,22 @@ class _Writer:
 
     def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
         self.current = self.blobs.path(address)
-        self.bytes_written += self.blobs.put(address, chunks, size, touch=self.touch)
+        self.bytes_written += self.blobs.put(
+            address, chunks, size, touch=self.touch, verify=self.verify
+        )
+        self._sound.add(address)
         self.current = None
+
+    def sound(self, ref: BlobRef) -> bool:
+        """True when the blob of *ref* may be referenced by this save (checked if healing)."""
+        if ref.blob in self._sound:
+            return True
+        if not self.verify:
+            return self.blobs.path(ref.blob).is_file()
+        if self.blobs.check(ref.blob, ref.algo, ref.checksum, ref.size) is not None:
+            return False
+        self._sound.add(ref.blob)
+        return True
 
     def add(self, slot: str, value: object) -> None:
         """Store *value* under *slot*; raises codecs.EncodeError when it cannot be serialised."""
@@ -242,7 +268,7 @@ class _Writer:
             # A link is only as good as the blobs it names: one quarantined since (or
             # deleted) means storing the object again.
             refs = linker.refs(tok).values()
-            return all(self.blobs.path(r.blob).is_file() for ref in refs for r in ref.walk())
+            return all(self.sound(r) for ref in refs for r in ref.walk())
 
         failed: dict[str, str] = {}
         todo = dict(values)
@@ -382,6 +408,12 @@ class Store:
         self.key = signing.load_or_create_key() if key is None else bytes(key)
         self.blobs = BlobStore(self.root)
         self._info: dict[str, Any] | None = None
+        # (cell_id, key) -> damaged manifests of a checkpoint that failed to load: the
+        # next save of that key checks every blob it would reuse and retires them
+        self._suspect: dict[tuple[str, str], set[Path]] = {}
+        self._journal: Journal | None = None
+        self._id_cache: tuple[float, set[str]] | None = None  # (when listed, ids)
+        self._read_cache: dict[Path, tuple[bytes, Manifest]] = {}
 
     def __repr__(self) -> str:
         return f"Store({os.fspath(self.root)!r})"
@@ -395,54 +427,59 @@ class Store:
 
     def _store_info(self) -> dict[str, Any]:
         if self._info is None:
-            path = self.root / "store.json"
-            try:
-                self._info = self._read_store_info(path)
-            except FileNotFoundError:
-                fsio.makedirs(self.root)
-                doc = {
-                    "format": STORE_FORMAT_VERSION,
-                    "created": manifest.now_iso(),
-                    "seed_base": secrets.randbits(63),
-                }
-                try:
-                    # under the shared lock: gc must not take our temp file for a leftover
-                    with (
-                        lock.hold(
-                            self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"
-                        ),
-                        fsio.atomic_write(path, exclusive=True) as f,
-                    ):
-                        f.write(json.dumps(doc, indent=1).encode("utf-8") + b"\n")
-                except FileExistsError:
-                    pass  # another process created it first: use theirs
-                self._info = self._read_store_info(path)
+            self._info = self._resolve_info(heal=True)
         return self._info
 
-    def _read_store_info(self, path: Path) -> dict[str, Any]:
-        data = path.read_bytes()
-        try:
-            doc = json.loads(data.decode("utf-8"))
-            fmt = doc["format"]
-            seed = doc["seed_base"]
-            ok = isinstance(fmt, int) and isinstance(seed, int) and fmt >= 1
-        except (ValueError, TypeError, KeyError):
-            ok = False
-        if not ok:
-            raise ManifestError(
-                f"store.json in {os.fspath(self.root)} is malformed; delete it to recreate it "
-                "(checkpoints are kept, but seeds derived from the store change)",
-                path="store.json",
-            )
-        if fmt > STORE_FORMAT_VERSION:
-            raise FormatTooNew(
-                f"the store {os.fspath(self.root)} has format {fmt}, but this ipy_resume reads "
-                f"format {STORE_FORMAT_VERSION} at most; upgrade ipy_resume or use another store",
-                path="store.json",
-                found=fmt,
-                supported=STORE_FORMAT_VERSION,
-            )
-        return dict(doc)
+    def _info_copies(self) -> tuple[info.Copy, info.Copy]:
+        return info.read_copy(self.root / info.FILE), info.read_copy(self.root / info.BACKUP)
+
+    def _resolve_info(self, *, heal: bool) -> dict[str, Any]:
+        """The store's info from its first sound copy; with *heal*, damaged copies rewritten.
+
+        See :mod:`ipy_resume.store.info`: ``store.json``, then its backup, then the
+        base seed the manifests carry; a new store gets a new random one.
+        """
+        primary, backup = self._info_copies()
+        for copy in (primary, backup):
+            if copy.doc is not None and copy.doc["format"] > STORE_FORMAT_VERSION:
+                raise FormatTooNew(
+                    f"the store {os.fspath(self.root)} has format {copy.doc['format']}, but this "
+                    f"ipy_resume reads format {STORE_FORMAT_VERSION} at most; upgrade ipy_resume "
+                    "or use another store",
+                    path=copy.name,
+                    found=copy.doc["format"],
+                    supported=STORE_FORMAT_VERSION,
+                )
+        doc = next((c.doc for c in (primary, backup) if c.doc is not None), None)
+        if doc is None and (self.root / "manifests").is_dir():
+            doc = info.recover((m.created, m.seed_base) for m in self.manifests())
+        if not heal:
+            return doc if doc is not None else {}
+        if doc is None:
+            # a new store (or one whose every checkpoint predates the redundant seed)
+            fsio.makedirs(self.root)
+            with contextlib.suppress(FileExistsError):
+                self._write_info(info.FILE, info.new(manifest.now_iso()), exclusive=True)
+            primary = info.read_copy(self.root / info.FILE)  # another process may have won
+            if primary.doc is None:
+                raise ManifestError(
+                    f"{info.FILE} in {os.fspath(self.root)} could not be created "
+                    f"({primary.problem or primary.state}); check the folder's permissions",
+                    path=info.FILE,
+                )
+            doc = primary.doc
+        wanted = info.encode(doc)
+        for copy in (primary, backup):
+            if copy.data != wanted:
+                # A read-only store still works; the copy is written by the next writer.
+                with contextlib.suppress(OSError, StoreLocked):
+                    self._write_info(copy.name, doc)
+        return {k: v for k, v in doc.items() if k != "check"}
+
+    def _write_info(self, name: str, doc: dict[str, Any], *, exclusive: bool = False) -> None:
+        # under the shared lock: gc must not take our temp file for a leftover
+        with lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"):
+            info.write(self.root / name, doc, exclusive=exclusive)
 
     # -- paths ---------------------------------------------------------------
 
@@ -498,10 +535,13 @@ class Store:
             _check_text("a value name", name)
 
         failed: dict[str, str] = {}
-        writer = _Writer(self.blobs)
+        suspect = self._suspect.get((cell_id, key))
+        writer = _Writer(self.blobs, verify=suspect is not None)
         ident = manifest.new_checkpoint_id()
         try:
-            self._store_info()
+            # A copy of the base seed goes into every manifest: with both store.json
+            # copies lost, the seeds (and so every key) are rebuilt from the manifests.
+            seed_base = self.seed_base
             # Shared with other saves, exclusive of gc: from the first "this blob exists,
             # skip it" to the committed manifest, no gc may delete what we rely on.
             with lock.hold(
@@ -542,9 +582,12 @@ class Store:
                     bytes=0,
                     bytes_written=writer.bytes_written,
                     links=dict(sorted(writer.links.items())),
+                    seed_base=seed_base,
                 )
                 m.bytes = sum(r.size for r in m.blob_refs())
                 manifest_bytes = self._commit(m, writer)
+                if suspect is not None:
+                    self._heal(m, suspect)
         except StoreLocked as exc:
             cell = " ".join(cell_id.split())
             raise StoreLocked(
@@ -616,8 +659,67 @@ class Store:
                 raise
             m.path = path
             writer.current = None
+            if self._id_cache is not None:
+                self._id_cache[1].add(m.id)
             return len(data)
         raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
+
+    # -- healing ---------------------------------------------------------------
+
+    def _heal(self, new: Manifest, suspect: set[Path]) -> None:
+        """After a save that replaced a checkpoint which failed to load: retire the rest.
+
+        Manifests of the key that are damaged, or whose blobs are gone (quarantined
+        when their load failed, and not written again because the cell produced other
+        bytes this time), are moved to quarantine/: the new checkpoint stands for them,
+        and ``verify`` is clean again without a manual step.
+        """
+        self._suspect.pop((new.cell_id, new.key), None)
+        if not new.complete:
+            return  # keep the evidence until a complete checkpoint replaces it
+        retire: list[Path] = []
+        for path in self._json_files(self._key_dir(new.cell_id, new.key)):
+            if path == new.path:
+                continue
+            try:
+                old = self._read(path)
+            except (FileNotFoundError, FormatTooNew, Untrusted):
+                continue
+            except StoreError:
+                retire.append(path)
+                continue
+            if not all(self.blobs.exists(r.blob, r.size) for r in old.blob_refs()):
+                retire.append(path)
+        self._retire(retire)
+
+    def _retire(self, paths: Iterable[Path]) -> None:
+        """Move manifests that can never be restored to quarantine/ (gc deletes them)."""
+        for path in paths:
+            rel = self._rel(path).replace("/", ".")
+            name = f"{rel}.{int(time.time() * 1000)}.{secrets.token_hex(3)}"
+            with contextlib.suppress(OSError):
+                fsio.makedirs(self.blobs.quarantine_dir)
+                fsio.move(path, self.blobs.quarantine_dir / name)
+
+    def _sweep(self, m: Manifest) -> None:
+        """A blob of *m* failed: check all of them, quarantine every bad one.
+
+        So the re-execution that follows writes every damaged blob again, and the
+        checkpoint is whole after one run however many of its files were hit.
+        """
+        self._suspect.setdefault((m.cell_id, m.key), set())
+        for ref in m.blob_refs():
+            problem = self.blobs.check(ref.blob, ref.algo, ref.checksum, ref.size)
+            if problem is not None and problem != "is missing":
+                self.blobs.quarantine(ref.blob)
+
+    @contextlib.contextmanager
+    def _sweeping(self, m: Manifest) -> Iterator[None]:
+        try:
+            yield
+        except CorruptBlob:
+            self._sweep(m)
+            raise
 
     @staticmethod
     def _withdraw(path: Path, data: bytes) -> None:
@@ -653,7 +755,24 @@ class Store:
     # -- finding -------------------------------------------------------------
 
     def _read(self, path: Path) -> Manifest:
-        return manifest.read(path, self.key, root=self.root)
+        # A manifest verified before is reused while its file holds the same bytes (compared
+        # whole: cheaper than parsing and verifying again), so listing a store of 10,000
+        # checkpoints again (the panel does after every cell) decodes none of them again.
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise
+        except OSError:
+            return manifest.read(path, self.key, root=self.root)  # says why, as a StoreError
+        known = self._read_cache.get(path)
+        if known is not None and known[0] == data:
+            return known[1]
+        rel, store = manifest._names(path, self.root)
+        m = manifest.decode(data, self.key, rel=rel, store=store, path=path)
+        if len(self._read_cache) >= _READ_CACHE_MAX:
+            self._read_cache.clear()
+        self._read_cache[path] = (data, m)
+        return m
 
     @staticmethod
     def _json_files(folder: Path) -> list[Path]:
@@ -690,19 +809,39 @@ class Store:
         _check_cell_id(cell_id)
         _check_key(key)
         problem: StoreError | None = None
+        good: list[Manifest] = []
+        bad: list[Path] = []
+        # Ids are random, so every manifest of the key is read and the newest (by
+        # ``created``) wins; a key rarely holds more than a few.
         for path in sorted(self._json_files(self._key_dir(cell_id, key)), reverse=True):
             try:
                 m = self._read(path)
             except FileNotFoundError:
                 continue  # removed by gc meanwhile
+            except (FormatTooNew, Untrusted) as exc:
+                # a newer ipy_resume's, or another key's: not damage, never moved
+                problem = problem or exc
+                continue
             except StoreError as exc:
                 problem = problem or exc
+                bad.append(path)
                 continue
             wrong = self._misfiled(m, cell_id, key)
             if wrong is not None:
                 problem = problem or wrong
-            elif m.complete and (accept is None or accept(m)):
-                return m
+            elif m.complete:
+                good.append(m)
+        if good:
+            if bad:  # a sound checkpoint of the same key replaces them
+                self._retire(bad)
+            for m in sorted(good, key=manifest.order_key, reverse=True):
+                if accept is None or accept(m):
+                    return m
+            return None
+        if bad:
+            # What the next save of this key heals (see _heal): the blobs it would reuse
+            # are checked first, and these manifests are moved to quarantine/.
+            self._suspect.setdefault((cell_id, key), set()).update(bad)
         if problem is not None:
             raise problem
         return None
@@ -739,12 +878,51 @@ class Store:
             for m in self._verified(self._manifest_paths([cdir]))
             if self._misfiled(m, cell_id, None) is None
         ]
-        return sorted(found, key=lambda m: (m.id, m.created))
+        return sorted(found, key=manifest.order_key)
+
+    def manifests_except(self, ids: set[str]) -> list[Manifest]:
+        """Every verified checkpoint whose id is not in *ids* (the others are not read)."""
+        paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] not in ids]
+        return sorted(self._verified(paths), key=manifest.order_key)
+
+    def ids(self) -> set[str]:
+        """Every checkpoint id the store holds, from file names alone (nothing is read)."""
+        out: set[str] = set()
+        for path in self._manifest_paths(self._all_cell_dirs()):
+            stem = path.name[: -len(".json")]
+            if manifest.valid_id(stem):
+                out.add(stem)
+        return out
+
+    def short_ids(self, extra: Iterable[str] = ()) -> dict[str, str]:
+        """Id → the prefix to show: at least 8 characters, unique in the store (as git does).
+
+        *extra* are ids to keep apart as well (those the timeline names, gone or not).
+
+        >>> Store("s").short_ids()  # doctest: +SKIP
+        {'3f2a9c1d2e4b5a6f': '3f2a9c1d', ...}
+        """
+        return manifest.unique_prefixes(self.ids() | set(extra))
+
+    def short_id(self, checkpoint_id: str) -> str:
+        """The prefix of *checkpoint_id* to show (see :meth:`short_ids`).
+
+        For status lines, once per cell: the listing of ids is reused for a few seconds
+        (plus the ids saved since), so a hit does not walk every manifest folder.
+        """
+        now = time.monotonic()
+        if self._id_cache is None or now - self._id_cache[0] > _ID_CACHE_SECONDS:
+            self._id_cache = (now, self.ids())
+        known = self._id_cache[1]
+        known.add(checkpoint_id)
+        return manifest.unique_prefixes(
+            i for i in known if i[: manifest.SHORT_ID] == checkpoint_id[: manifest.SHORT_ID]
+        )[checkpoint_id]
 
     def manifests(self) -> list[Manifest]:
         """Every verified checkpoint of the store, oldest first."""
         found = list(self._verified(self._manifest_paths(self._all_cell_dirs())))
-        return sorted(found, key=lambda m: (m.id, m.created))
+        return sorted(found, key=manifest.order_key)
 
     # -- loading -------------------------------------------------------------
 
@@ -768,8 +946,9 @@ class Store:
             if name not in manifest.values:
                 raise KeyError(f"{manifest.describe()} has no value named {name!r}")
         cache = {} if cache is None else cache
-        self._prefetch(manifest, [manifest.values[n] for n in wanted], cache)
-        return {n: self._value(manifest, n, cache, linker) for n in wanted}
+        with self._sweeping(manifest):
+            self._prefetch(manifest, [manifest.values[n] for n in wanted], cache)
+            return {n: self._value(manifest, n, cache, linker) for n in wanted}
 
     def _value(
         self, m: Manifest, name: str, cache: dict[Any, Any], linker: Linker | None
@@ -857,7 +1036,8 @@ class Store:
         """
         cache = {} if cache is None else cache
         wanted = manifest.extras if names is None else [n for n in names if n in manifest.extras]
-        return {n: self._decode(manifest, n, manifest.extras[n], cache) for n in wanted}
+        with self._sweeping(manifest):
+            return {n: self._decode(manifest, n, manifest.extras[n], cache) for n in wanted}
 
     def _blob(self, m: Manifest, ref: BlobRef, cache: dict[Any, Any]) -> np.ndarray:
         buf = cache.get(ref.blob)
@@ -912,37 +1092,29 @@ class Store:
     # -- maintenance -----------------------------------------------------------
 
     def verify(self) -> list[str]:
-        """Check every manifest signature and every referenced blob; one line per problem."""
-        problems: list[str] = []
-        if (self.root / "store.json").exists():
-            try:
-                self._read_store_info(self.root / "store.json")
-            except StoreError as exc:
-                problems.append(str(exc))
-        checked: dict[str, str | None] = {}
-        for path in self._manifest_paths(self._all_cell_dirs()):
-            try:
-                m = self._read(path)
-            except FileNotFoundError:
-                continue
-            except StoreError as exc:
-                problems.append(str(exc))
-                continue
-            if path != self._key_dir(m.cell_id, m.key) / path.name:
-                problems.append(
-                    f"{m.describe()} in {self._rel(path)} is filed under the wrong cell or key; "
-                    "it is ignored."
-                )
-            for ref in m.blob_refs():
-                if ref.blob not in checked:
-                    checked[ref.blob] = self.blobs.check(ref.blob, ref.algo, ref.checksum, ref.size)
-                problem = checked[ref.blob]
-                if problem is not None:
-                    problems.append(
-                        f"{m.describe()}: {self.blobs.relpath(ref.blob)} {problem}; the cell "
-                        "will execute again when it next runs."
-                    )
-        return problems
+        """Check every file of the store, referenced or not; one line per problem.
+
+        Each line names the file and says what to do (usually nothing: the store heals
+        on the next run, or ``gc`` cleans it now).  See :func:`audit` for the notes.
+
+        >>> Store("s").verify()  # doctest: +SKIP
+        []
+        """
+        return self.audit().lines
+
+    def audit(self) -> Audit:
+        """:meth:`verify` with details: problems, notes, and what ``gc`` would clean."""
+        return audit_store(self)
+
+    def journal(self) -> Journal:
+        """The store's timeline, rebuilt from the manifests when it was lost or damaged.
+
+        >>> Store("s").journal().events()  # doctest: +SKIP
+        []
+        """
+        if self._journal is None:
+            self._journal = Journal(self.root, source=self.manifests_except)
+        return self._journal
 
     def trust(self, problems: list[str] | None = None) -> int:
         """Adopt a store written under another key: re-sign manifests whose blobs verify.

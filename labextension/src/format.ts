@@ -49,8 +49,20 @@ export function formatPercent(ratio: number): string {
   return `${Math.round((ratio || 0) * 100)}%`;
 }
 
-export function shortId(id: string | null | undefined): string {
-  return id ? id.slice(0, 12) : '—';
+/**
+ * The prefix of a checkpoint id to show, as the kernel computed it: the shortest one of
+ * at least 8 characters that no other id of the store shares (`short_ids` of a snapshot).
+ * Never sliced here: only the kernel knows which prefixes are unique; the full id is
+ * shown when the kernel has not sent one.
+ */
+export function shortId(
+  id: string | null | undefined,
+  shortIds?: Record<string, string> | null
+): string {
+  if (!id) {
+    return '—';
+  }
+  return shortIds?.[id] ?? id;
 }
 
 export function formatShape(shape: unknown): string {

@@ -150,7 +150,7 @@ export class TimelineModel implements ITimelineModel {
     const wait = this.status === 'busy' ? ' (after the running cell finishes)' : '';
     this.notice = {
       kind: 'info',
-      text: `Restoring the kernel to ${shortId(event.checkpoint_id)} (${event.cell_id})${wait}…`
+      text: `Restoring the kernel to ${shortId(event.checkpoint_id, this.snapshot?.short_ids)} (${event.cell_id})${wait}…`
     };
     this.emit();
     try {
@@ -371,7 +371,7 @@ export class TimelineModel implements ITimelineModel {
 
   private merge(
     events: TimelineEvent[],
-    meta: Pick<Snapshot, 'summary' | 'last_seq' | 'store' | 'unavailable'>
+    meta: Pick<Snapshot, 'summary' | 'last_seq' | 'store' | 'unavailable' | 'short_ids'>
   ): void {
     const base = this.snapshot;
     if (!base) {
@@ -387,7 +387,9 @@ export class TimelineModel implements ITimelineModel {
       events: fresh.length ? base.events.concat(fresh) : base.events,
       summary: meta.summary ?? base.summary,
       last_seq: Math.max(lastSeq, meta.last_seq ?? -1),
-      unavailable: meta.unavailable ?? base.unavailable
+      unavailable: meta.unavailable ?? base.unavailable,
+      // a prefix may grow when a later checkpoint shares it: the newest answer wins
+      short_ids: { ...(base.short_ids ?? {}), ...(meta.short_ids ?? {}) }
     });
   }
 

@@ -108,6 +108,11 @@ export class TimelineRenderer {
   private items: Item[] = [];
   private itemsFor: Snapshot | null = null;
   private unavailable = new Set<string>();
+
+  /** The displayed prefix of an id, as the kernel sent it with the snapshot. */
+  private shortId(id: string | null): string {
+    return shortId(id, this.state?.snapshot?.short_ids);
+  }
   private marks: Mark[] = [];
   private rowNodes = new Map<number, HTMLDivElement>();
   private readonly maxListHeight: number | null;
@@ -336,7 +341,7 @@ export class TimelineRenderer {
     };
     fact(
       'checkpoint',
-      shortId(event.checkpoint_id) + (this.isUnavailable(event) ? ' — gone: removed by gc, deleted or untrusted' : '')
+      this.shortId(event.checkpoint_id) + (this.isUnavailable(event) ? ' — gone: removed by gc, deleted or untrusted' : '')
     );
     fact('when', `${formatDay(event.started)} ${formatClock(event.started)}`);
     fact(event.outcome === 'restored' ? 'restore took' : 'run took', formatDuration(event.duration));
@@ -356,7 +361,7 @@ export class TimelineRenderer {
       const question = el(
         'div',
         'ipr-confirm-text',
-        `Restore the kernel to checkpoint ${shortId(event.checkpoint_id)} of '${event.cell_id}'? ` +
+        `Restore the kernel to checkpoint ${this.shortId(event.checkpoint_id)} of '${event.cell_id}'? ` +
           'Names recorded up to it take their values then; names created by later checkpoints are removed.'
       );
       const yes = el('button', 'ipr-button ipr-primary ipr-confirm', 'Restore');
@@ -543,7 +548,7 @@ export class TimelineRenderer {
     row.classList.toggle('ipr-unavailable', gone);
     row.dataset.unavailable = String(gone);
     row.title =
-      `${event.cell_id} · ${event.outcome} · checkpoint ${shortId(event.checkpoint_id)}` +
+      `${event.cell_id} · ${event.outcome} · checkpoint ${this.shortId(event.checkpoint_id)}` +
       (gone ? ' · no longer in the store (gc, deleted or untrusted)' : '');
   }
 
@@ -680,7 +685,7 @@ export class TimelineRenderer {
       el('b', undefined, e.cell_id),
       el('div', undefined, `${e.outcome} · ${formatDay(e.started)} ${formatClock(e.started)}`),
       el('div', undefined, `${e.outcome === 'restored' ? 'restore' : 'run'} ${formatDuration(e.duration)}${e.saved ? ` · saved ${formatDuration(e.saved)}` : ''}`),
-      el('div', undefined, `${formatBytes(e.bytes)} written · checkpoint ${shortId(e.checkpoint_id)}`)
+      el('div', undefined, `${formatBytes(e.bytes)} written · checkpoint ${this.shortId(e.checkpoint_id)}`)
     );
     this.tooltip.style.display = 'block';
     const stripWidth = this.stripNode.clientWidth;

@@ -50,6 +50,11 @@ export interface Snapshot {
   last_seq: number | null;
   /** Checkpoints events name that the store no longer has (gc, deleted, untrusted). */
   unavailable?: string[];
+  /**
+   * Id → the prefix to show (unique in the store, at least 8 characters): the ids of
+   * these events, and every id whose prefix grew past 8. Merged over earlier pages.
+   */
+  short_ids?: Record<string, string>;
 }
 
 export interface NameInfo {

@@ -7,6 +7,7 @@
  * `details` / `restore` requests sent as custom messages.
  */
 
+import { shortId } from './format';
 import { TimelineRenderer } from './renderer';
 import { DetailsState, Notice, Snapshot, ViewState } from './types';
 
@@ -79,7 +80,7 @@ function render({ model, el }: RenderProps): () => void {
         return;
       }
       restoring = true;
-      notice = { kind: 'info', text: `Restoring the kernel to ${event.checkpoint_id.slice(0, 12)}…` };
+      notice = { kind: 'info', text: `Restoring the kernel to ${shortId(event.checkpoint_id, state().snapshot?.short_ids)}…` };
       redraw();
       void request({ request: 'restore', target: event.checkpoint_id }).then(reply => {
         restoring = false;

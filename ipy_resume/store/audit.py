@@ -1,0 +1,289 @@
+"""``verify``: every file of a store checked, referenced or not, each problem with a remedy.
+
+What each file is, what its loss or damage means, and how it heals:
+
+===========================  ==============================================================
+``store.json`` and           the base seed of default seeds.  Kept in both files and in
+``store.backup.json``        every manifest; a damaged or missing copy is written again
+                             from another the next time a cell runs (or by ``gc``).
+``journal.sqlite`` (+ WAL)   the timeline.  A damaged journal is moved to quarantine/ and,
+                             like a lost one, rebuilt from the manifests (restores and
+                             failed runs are lost, checkpoints are not).
+``lock``                     advisory content only; recreated when missing.
+``manifests/…/<id>.json``    one checkpoint.  A damaged one is ignored (its cell executes
+                             once) and moved to quarantine/ when a sound one replaces it.
+``objects/ab/cdef…``         a blob, named by the digest of its bytes, so each is checked
+                             against its own name.  A damaged blob is quarantined when a
+                             load finds it, and written again by the re-execution.
+``quarantine/``              what failed verification; nothing reads it; ``gc`` empties it.
+===========================  ==============================================================
+
+Quarantined files, temporary leftovers and a missing journal are *notes*, not
+problems: the store is sound and ``gc`` tidies them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ipy_resume.store import blobs, fsio, info, journal, lock
+from ipy_resume.store.fsio import FormatTooNew, StoreError
+from ipy_resume.store.manifest import BlobRef, Manifest
+
+if TYPE_CHECKING:
+    from ipy_resume.store.store import Store
+
+__all__ = ["Audit", "Problem", "audit"]
+
+_KNOWN_TOP = {
+    info.FILE,
+    info.BACKUP,
+    journal.JOURNAL_FILE,
+    journal.JOURNAL_FILE + "-wal",
+    journal.JOURNAL_FILE + "-shm",
+    lock.LOCK_FILE,
+    "objects",
+    "manifests",
+    "quarantine",
+}
+
+
+@dataclass
+class Problem:
+    """One thing wrong with one file: ``path`` (relative to the store) and a line of text."""
+
+    path: str
+    text: str
+    kind: str  # store-info, journal, manifest, blob, orphan-blob, stray
+
+
+@dataclass
+class Audit:
+    """What :func:`audit` found; ``gc`` acts on ``broken`` and ``bad_blobs``."""
+
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # checkpoints that can never load (a blob missing or bad) -> their bad blobs
+    broken: dict[Path, list[str]] = field(default_factory=dict)
+    bad_blobs: dict[str, str] = field(default_factory=dict)  # address -> what is wrong
+    strays: list[Path] = field(default_factory=list)  # files in objects/ that are no blob
+    blobs_checked: int = 0
+    files_checked: int = 0
+
+    @property
+    def lines(self) -> list[str]:
+        return [p.text for p in self.problems]
+
+
+def _uses(store: Store, refs: dict[str, list[Manifest]], address: str) -> str:
+    users = refs.get(address, [])
+    first = users[0].describe()
+    more = f" and {len(users) - 1} other checkpoint(s)" if len(users) > 1 else ""
+    return f"{first}{more}"
+
+
+def audit(store: Store) -> Audit:
+    """Check every file of *store* without changing any.
+
+    >>> print("\\n".join(audit(Store("s")).lines) or "sound")  # doctest: +SKIP
+    sound
+    """
+    found = Audit()
+    root = store.root
+    if not root.is_dir():
+        return found
+    gc_hint = f"'ipy-resume gc --store {os.fspath(root)}'"
+
+    # -- store.json and its backup
+    primary, backup = store._info_copies()
+    sound = [c for c in (primary, backup) if c.usable]
+    for copy in (primary, backup):
+        found.files_checked += copy.state != "missing"
+        if copy.doc is not None and copy.doc["format"] > info.STORE_FORMAT_VERSION:
+            found.problems.append(
+                Problem(
+                    copy.name,
+                    f"{copy.name} has format {copy.doc['format']}, but this ipy_resume reads "
+                    f"format {info.STORE_FORMAT_VERSION} at most; upgrade ipy_resume",
+                    "store-info",
+                )
+            )
+        elif copy.state == "damaged" or (copy.state == "missing" and sound):
+            if copy.name == info.BACKUP and copy.state == "missing" and primary.state == "legacy":
+                # a store from before the backup existed: made on its next use, nothing lost
+                found.notes.append(f"{info.BACKUP} will be written when the store is next used")
+                continue
+            found.problems.append(Problem(copy.name, info.describe(root, copy), "store-info"))
+    if not sound and primary.state == "missing" and (root / "manifests").is_dir():
+        found.problems.append(Problem(info.FILE, info.describe(root, primary), "store-info"))
+    if len(sound) == 2 and sound[0].doc != sound[1].doc:
+        found.problems.append(
+            Problem(
+                info.BACKUP,
+                f"{info.BACKUP} differs from {info.FILE}; {info.FILE} is used and the backup "
+                f"is written again the next time a cell runs (or by {gc_hint})",
+                "store-info",
+            )
+        )
+
+    # -- the journal
+    trouble = journal.check(root)
+    if trouble is not None:
+        found.problems.append(
+            Problem(
+                journal.JOURNAL_FILE,
+                f"{journal.JOURNAL_FILE} {trouble}; the timeline is rebuilt from the manifests "
+                f"the next time a cell runs or the timeline is opened (or by {gc_hint}); the "
+                "restores and failed runs it recorded are lost, no checkpoint is",
+                "journal",
+            )
+        )
+    elif not (root / journal.JOURNAL_FILE).exists() and (root / "manifests").is_dir():
+        found.notes.append(
+            f"there is no {journal.JOURNAL_FILE}: the timeline is rebuilt from the manifests "
+            "when it is next opened"
+        )
+    else:
+        found.files_checked += (root / journal.JOURNAL_FILE).exists()
+
+    # -- manifests
+    refs: dict[str, list[Manifest]] = defaultdict(list)
+    expected: dict[str, BlobRef] = {}
+    temps = 0
+    newer = False
+    for path in _files(root / "manifests"):
+        rel = store._rel(path)
+        if fsio.is_temp_name(path.name):
+            temps += 1
+            continue
+        if not path.name.endswith(".json") or len(path.relative_to(root).parts) != 4:
+            found.problems.append(
+                Problem(rel, f"{rel} is not a checkpoint manifest; {gc_hint} removes it", "stray")
+            )
+            found.strays.append(path)
+            continue
+        found.files_checked += 1
+        try:
+            m = store._read(path)
+        except FileNotFoundError:
+            continue
+        except StoreError as exc:
+            newer = newer or isinstance(exc, FormatTooNew)
+            found.problems.append(Problem(rel, str(exc), "manifest"))
+            continue
+        if path != store._key_dir(m.cell_id, m.key) / path.name:
+            found.problems.append(
+                Problem(
+                    rel,
+                    f"{m.describe()} in {rel} is filed under the wrong cell or key; it is "
+                    "ignored. Move it back, or delete it.",
+                    "manifest",
+                )
+            )
+            continue
+        for ref in m.blob_refs():
+            refs[ref.blob].append(m)
+            expected.setdefault(ref.blob, ref)
+
+    # -- blobs: every file, checked against its own name
+    present: set[str] = set()
+    for path in _files(store.blobs.objects):
+        rel = store._rel(path)
+        if fsio.is_temp_name(path.name):
+            temps += 1
+            continue
+        address = path.parent.name + path.name
+        if path.parent.parent != store.blobs.objects or not blobs.valid_address(address):
+            found.problems.append(
+                Problem(rel, f"{rel} is not a blob of this store; {gc_hint} removes it", "stray")
+            )
+            found.strays.append(path)
+            continue
+        present.add(address)
+        found.blobs_checked += 1
+        found.files_checked += 1
+        known = expected.get(address)
+        size = known.size if known is not None else _size(path)
+        problem = store.blobs.check(address, blobs.algo_of(address), address, size)
+        if problem is None:
+            continue
+        found.bad_blobs[address] = problem
+        if known is None:
+            found.problems.append(
+                Problem(
+                    rel,
+                    f"{rel} {problem} (its name is the digest its bytes must have); no "
+                    f"checkpoint uses it, so nothing is lost: {gc_hint} removes it",
+                    "orphan-blob",
+                )
+            )
+            continue
+        for m in refs[address]:
+            if m.path is not None:
+                found.broken.setdefault(m.path, []).append(address)
+        found.problems.append(
+            Problem(
+                rel,
+                f"{rel} {problem}: it holds data of {_uses(store, refs, address)}, which will "
+                "execute again when next run and write it again; or "
+                f"{gc_hint} removes the checkpoint(s) now",
+                "blob",
+            )
+        )
+    for address in sorted(set(expected) - present):
+        rel = store.blobs.relpath(address)
+        found.bad_blobs[address] = "is missing"
+        for m in refs[address]:
+            if m.path is not None:
+                found.broken.setdefault(m.path, []).append(address)
+        found.problems.append(
+            Problem(
+                rel,
+                f"{rel} is missing: it holds data of {_uses(store, refs, address)}, which will "
+                f"execute again when next run and write it again; or {gc_hint} removes the "
+                "checkpoint(s) now",
+                "blob",
+            )
+        )
+    if newer:
+        found.broken.clear()  # gc removes nothing a newer reader might need
+
+    # -- everything else
+    quarantined = list(_files(store.blobs.quarantine_dir))
+    if quarantined:
+        found.notes.append(
+            f"{len(quarantined)} file(s) in quarantine/ (found damaged and set aside; nothing "
+            f"reads them): {gc_hint} deletes them"
+        )
+    try:
+        top = sorted(os.listdir(root))
+    except OSError:
+        top = []
+    for name in top:
+        if fsio.is_temp_name(name):
+            temps += 1
+        elif name not in _KNOWN_TOP:
+            found.notes.append(f"{name} is not a file of ipy_resume; it is left alone")
+    if temps:
+        found.notes.append(
+            f"{temps} temporary file(s) left by interrupted writes: {gc_hint} removes them"
+        )
+    return found
+
+
+def _files(folder: Path) -> list[Path]:
+    out: list[Path] = []
+    for here, _dirs, names in os.walk(folder):
+        out.extend(Path(here) / n for n in names)
+    return sorted(out)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
