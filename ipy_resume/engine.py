@@ -57,6 +57,18 @@ class CheckpointOptions:
     salt: str = ""
     explain: bool = False
     quiet: bool = False
+    # store only when the run took at least this long (auto mode); faster runs are not saved
+    min_seconds: float | None = None
+    label: str | None = None  # how status lines name the cell (auto mode: its first line)
+
+    @property
+    def shown(self) -> str:
+        """The cell as status lines name it.
+
+        >>> CheckpointOptions("c1", label="df = load()").shown
+        "cell 'df = load()'"
+        """
+        return f"cell '{self.label}'" if self.label else f"'{self.cell_id}'"
 
 
 @dataclass
@@ -289,7 +301,7 @@ class Engine:
             plan = Plan(None, None, {}, {}, opts.seed, problem=problem)
         if plan.key is None:
             if plan.problem:
-                host.message(f"{PREFIX}'{opts.cell_id}' will always execute: {plan.problem}")
+                host.message(f"{PREFIX}{opts.shown} will always execute: {plan.problem}")
             self._seed(plan)
             started = time.perf_counter()
             result = host.run()
@@ -304,7 +316,7 @@ class Engine:
             if restored is not None:
                 return restored[0]
             if plan.stale and not opts.quiet:
-                host.message(f"{PREFIX}'{opts.cell_id}' executes: {plan.stale}")
+                host.message(f"{PREFIX}{opts.shown} executes: {plan.stale}")
             elif opts.explain:
                 host.message(f"{PREFIX}{self.explain(opts.cell_id, plan)}")
         return self._execute_and_save(namespace, plan, opts, host)
@@ -337,11 +349,11 @@ class Engine:
             if manifest is not None:
                 shared_objects(self.store.root).forget(manifest.id)
             host.message(f"{PREFIX}{exc}")
-            host.message(f"{PREFIX}'{opts.cell_id}' will be executed instead.")
+            host.message(f"{PREFIX}{opts.shown} will be executed instead.")
             return None
         except Exception as exc:  # a loader bug must cost a re-run, never the user's cell
             host.message(
-                f"{PREFIX}could not restore '{opts.cell_id}' ({type(exc).__name__}: {exc}); "
+                f"{PREFIX}could not restore {opts.shown} ({type(exc).__name__}: {exc}); "
                 "executing it instead."
             )
             return None
@@ -354,18 +366,18 @@ class Engine:
             )
         except OSError as exc:
             host.message(
-                f"{PREFIX}could not restore file '{exc.filename}' of '{opts.cell_id}' ({exc}); "
+                f"{PREFIX}could not restore file '{exc.filename}' of {opts.shown} ({exc}); "
                 "executing the cell instead."
             )
             return None
         values, extras = loaded.values, loaded.extras
         for problem in problems:
-            host.message(f"{PREFIX}'{opts.cell_id}': {problem}")
+            host.message(f"{PREFIX}{opts.shown}: {problem}")
         gone = file_deps.missing_outputs(manifest.info.get("files_written", []))
         if gone:
             listed = ", ".join(f"'{p}'" for p in gone[:5]) + (" ..." if len(gone) > 5 else "")
             host.message(
-                f"{PREFIX}'{opts.cell_id}' wrote {listed} when it executed; a restore does not "
+                f"{PREFIX}{opts.shown} wrote {listed} when it executed; a restore does not "
                 f"write {'it' if len(gone) == 1 else 'them'} back (name files with --files to "
                 "store them, or --force to execute the cell)"
             )
@@ -376,10 +388,15 @@ class Engine:
         duration = float(manifest.info.get("duration", 0.0))
         if not opts.quiet:
             host.message(
-                f"{PREFIX}restored '{opts.cell_id}' from checkpoint "
+                f"{PREFIX}restored {opts.shown} from checkpoint "
                 f"{self.store.short_id(manifest.id)} "
                 f"in {_seconds(elapsed)} (the run took {_seconds(duration)}, "
                 f"saved {_seconds(max(duration - elapsed, 0.0))})"
+                + (
+                    "; it was not executed (auto checkpoints)"
+                    if opts.min_seconds is not None
+                    else ""
+                )
             )
         outcome = Outcome(
             "restored",
@@ -433,6 +450,10 @@ class Engine:
             path for path in (recorder.outputs() if recorder else []) if path not in opts.files
         ]
 
+        if opts.min_seconds is not None and duration < opts.min_seconds:
+            # too quick to be worth a checkpoint: nothing stored, nothing on the timeline
+            self.last_outcome = Outcome("fast", key=plan.key, duration=duration)
+            return result.value if result.has_value else None
         names, deleted, mutated, after = self._outputs(namespace, plan, opts, before, reached)
         values = {name: namespace[name] for name in names}
         extras: dict[str, Any] = {"outputs": result.record, "rng": rng_state}
@@ -452,7 +473,7 @@ class Engine:
                 except OSError as exc:
                     missing_files[f"file:{path}"] = exc.strerror or str(exc)
             extras["files"] = files
-        info = {
+        info: dict[str, Any] = {
             "key_parts": plan.parts,
             "inputs": sorted(plan.input_digests),
             "outputs": sorted(names),
@@ -470,6 +491,7 @@ class Engine:
             "seed": plan.seed,
             "has_result": result.has_value,
             "session": self.session,
+            **({"label": opts.label} if opts.label else {}),
             "options": {
                 "files": opts.files,
                 "deps": opts.deps,
@@ -500,12 +522,12 @@ class Engine:
                 text = f"{exc} Kept in the kernel: {listed}."
             elif not isinstance(exc, (StoreError, OSError)):
                 text = (
-                    f"could not save checkpoint '{opts.cell_id}' ({type(exc).__name__}: {exc}). "
+                    f"could not save checkpoint {opts.shown} ({type(exc).__name__}: {exc}). "
                     f"Your results are still in the kernel ({listed}); nothing was saved."
                 )
             else:
                 text = (
-                    f"could not save checkpoint '{opts.cell_id}': {exc}. "
+                    f"could not save checkpoint {opts.shown}: {exc}. "
                     f"Your results are still in the kernel ({listed}); nothing was saved."
                 )
             host.message(PREFIX + text)
@@ -522,7 +544,7 @@ class Engine:
         if failed:
             what = "; ".join(f"'{name}' ({reason})" for name, reason in sorted(failed.items()))
             host.message(
-                f"{PREFIX}checkpoint '{opts.cell_id}' is incomplete: could not store {what}. "
+                f"{PREFIX}checkpoint {opts.shown} is incomplete: could not store {what}. "
                 "The values are still in the kernel; this cell will execute again next time."
             )
             status = "incomplete"
@@ -530,7 +552,7 @@ class Engine:
             status = "executed"
             if not opts.quiet:
                 host.message(
-                    f"{PREFIX}executed '{opts.cell_id}' in {_seconds(duration)}; saved checkpoint "
+                    f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saved checkpoint "
                     f"{self.store.short_id(saved.manifest.id)} "
                     f"({format_size(saved.bytes_written)} written in "
                     f"{_seconds(time.perf_counter() - save_started)})"

@@ -19,6 +19,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from . import reports, timeline
+from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
@@ -26,7 +27,7 @@ from .store import Store, StoreError, retention
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
-    "gc [--keep-last N] [--max-size SIZE]   "
+    "gc [--keep-last N] [--max-size SIZE] | auto [on [--min-seconds S]|off]   "
     "(TARGET = checkpoint id, unique id prefix, or CELL_ID)"
 )
 
@@ -160,6 +161,8 @@ class CheckpointMagics(Magics):
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
         self._engines: dict[Path, Engine] = {}
+        self.auto = AutoMode(shell)
+        self.last_engine: Engine | None = None  # the engine of the latest %%checkpoint cell
 
     def engine(self, store_dir: Path | None = None) -> Engine:
         """The engine of *store_dir* (default store when None), created on first use."""
@@ -198,6 +201,13 @@ class CheckpointMagics(Magics):
     )
     @argument("--explain", action="store_true", help="on a miss, say which part of the key changed")
     @argument("--quiet", action="store_true", help="no status line on a hit or a save")
+    @argument(
+        "--min-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="store a checkpoint only when the run took at least S seconds",
+    )
     @line_cell_magic
     def checkpoint(self, line: str, cell: str | None = None) -> Any:
         """Skip a cell whose code and inputs are unchanged; restore what it produced.
@@ -211,7 +221,9 @@ class CheckpointMagics(Magics):
         ``%checkpoint restore TARGET`` (the kernel state as of that checkpoint),
         ``%checkpoint verify`` (check every signature and checksum),
         ``%checkpoint stats`` (hit rate, latencies, time saved) and
-        ``%checkpoint gc [--keep-last N] [--max-size SIZE]`` (retention). TARGET is a
+        ``%checkpoint gc [--keep-last N] [--max-size SIZE]`` (retention) and
+        ``%checkpoint auto on [--min-seconds S]`` / ``off`` (checkpoint every cell that
+        runs at least S seconds, without editing it). TARGET is a
         checkpoint id, a unique prefix of one, or a CELL_ID (its latest checkpoint).
         After a crash, ``%resume`` restores the latest state of the store.
 
@@ -244,6 +256,8 @@ class CheckpointMagics(Magics):
             salt=args.salt,
             explain=args.explain,
             quiet=args.quiet,
+            min_seconds=args.min_seconds,
+            label=self.auto.labels.get(args.cell_id),
         )
         assert self.shell is not None
         source = self.shell.transform_cell(cell)
@@ -257,6 +271,7 @@ class CheckpointMagics(Magics):
             )
             result = host.run()
             return result.value if result.has_value else None
+        self.last_engine = engine
         return engine.run(self.shell.user_ns, source, opts, host)
 
     def _line(self, line: str) -> None:
@@ -289,6 +304,8 @@ class CheckpointMagics(Magics):
                 print("\n".join(lines))
             elif command == "stats":
                 print(timeline.stats_text(timeline.stats(store.root, store)))
+            elif command == "auto":
+                self._auto(rest)
             elif command == "gc":
                 try:
                     keep_last, max_size = retention.parse_gc_words(rest)
@@ -301,6 +318,31 @@ class CheckpointMagics(Magics):
             raise UsageError(str(exc)) from None
         except StoreError as exc:
             raise UsageError(f"%checkpoint {command}: {exc}") from None
+
+    def _auto(self, words: list[str]) -> None:
+        if not words:
+            print(f"ipy_resume: {self.auto.status()}")
+            return
+        if words == ["off"]:
+            self.auto.disable()
+            print("ipy_resume: auto checkpoints are off; cells run as written")
+            return
+        if words[0] != "on":
+            raise UsageError("usage: %checkpoint auto [on [--min-seconds S] | off]")
+        seconds = 1.0
+        if len(words) == 3 and words[1] == "--min-seconds":
+            try:
+                seconds = float(words[2])
+            except ValueError:
+                seconds = -1.0
+            if seconds < 0:
+                raise UsageError(
+                    f"%checkpoint auto on --min-seconds: expected seconds >= 0, not {words[2]!r}"
+                )
+        elif len(words) != 1:
+            raise UsageError("usage: %checkpoint auto on [--min-seconds S]")
+        self.auto.enable(seconds)
+        print(f"ipy_resume: {self.auto.status()}")
 
     def _restore(self, target: str, resumed: bool) -> dict[str, Any]:
         """Restore the kernel to *target* and add the restore to the timeline."""

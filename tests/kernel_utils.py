@@ -54,9 +54,18 @@ class Kernel:
         assert process is not None
         return int(process.pid)
 
-    def run(self, code: str, timeout: float = 300) -> CellOutput:
-        """Execute *code* and collect everything the kernel sent back for it."""
+    def run(self, code: str, timeout: float = 300, cell_id: str | None = None) -> CellOutput:
+        """Execute *code* and collect everything the kernel sent back for it; *cell_id* is
+        sent as JupyterLab sends it, in the request's metadata."""
         out = CellOutput(status="")
+        session = self.client.session
+        plain_msg = session.msg
+
+        def with_cell_id(msg_type: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            msg: dict[str, Any] = plain_msg(msg_type, *args, **kwargs)
+            if msg_type == "execute_request" and cell_id is not None:
+                msg["metadata"]["cellId"] = cell_id
+            return msg
 
         def hook(msg: dict[str, Any]) -> None:
             kind, content = msg["msg_type"], msg["content"]
@@ -72,7 +81,11 @@ class Kernel:
             elif kind == "error":
                 out.error = content
 
-        reply = self.client.execute_interactive(code, output_hook=hook, timeout=timeout)
+        session.msg = with_cell_id  # type: ignore[method-assign]
+        try:
+            reply = self.client.execute_interactive(code, output_hook=hook, timeout=timeout)
+        finally:
+            session.msg = plain_msg  # type: ignore[method-assign]
         out.status = reply["content"]["status"]
         return out
 
