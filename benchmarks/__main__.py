@@ -11,6 +11,9 @@ Workloads (sizes at ``--scale 1``; the issue's):
 7. 20 checkpoints of a slowly changing 500 MB state: bytes on disk vs live bytes.
 8. the corpus of realistic notebooks (``tests/corpus/``): first wrapped run and restored
    run against the plain run, and the slowest key (:mod:`benchmarks.corpus`).
+9. large object graphs: keys of figures with 10,000 artists and of a 1M-object DAG.
+10. a 30-cell notebook through ``ipy-resume run``: first run and a run resumed after a
+    kill in cell 25, against plain nbclient (:mod:`benchmarks.batch`).
 
 Everything runs in this process tree: one worker process per workload and group
 (``benchmarks.worker``), one process per notebook run for workload 6
@@ -34,7 +37,7 @@ from typing import Any
 from benchmarks import notebook, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
-ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9"]
+ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10"]
 RESULTS = Path(__file__).resolve().parent / "results"
 SLOW_S = 20.0
 """A peer whose run after restart takes longer than this is measured once (time budget)."""

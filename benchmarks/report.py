@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import corpus, graphs
+from benchmarks import batch, corpus, graphs
 from benchmarks.harness import median
 
 PEERS = ["joblib", "ipycache", "dill", "kishu"]
@@ -244,6 +244,8 @@ def table(summary: dict[str, Any]) -> str:
         lines += ["", corpus.table(summary["corpus"])]
     if summary.get("graphs"):
         lines += ["", graphs.table(summary["graphs"])]
+    if summary.get("batch"):
+        lines += ["", batch.table(summary["batch"])]
     return "\n".join(lines)
 
 
@@ -254,6 +256,7 @@ def summarize(samples: Samples, notes: Notes | None = None) -> dict[str, Any]:
         "peers": [asdict(r) for r in peer_rows(samples, notes)],
         "corpus": corpus.summary(samples),
         "graphs": graphs.summary(samples),
+        "batch": batch.summary(samples),
     }
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import baselines, corpus, graphs, peers
+from benchmarks import baselines, batch, corpus, graphs, peers
 from benchmarks.harness import (
     BenchError,
     Probe,
@@ -706,4 +706,5 @@ WORKLOADS: dict[str, dict[str, Callable[[Ctx], None]]] = {
     "7": {"main": w7_main, "kishu": w7_kishu},
     "8": {"main": corpus.workload},
     "9": {"main": graphs.workload},
+    "10": {"main": batch.workload},
 }

@@ -831,3 +831,40 @@ def normalize_source(source: str) -> str:
     False
     """
     return analyze(source).normalized
+
+
+def first_line(source: str, width: int = 60) -> str:
+    """The first non-blank line of a cell, shortened: how people recognise a cell.
+
+    >>> first_line("\\n# load\\ndf = read()")
+    '# load'
+    """
+    for line in source.splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= width else line[: width - 1] + "…"
+    return "(empty)"
+
+
+def only_definitions(source: str) -> bool:
+    """Whether a cell only imports and defines functions or classes.
+
+    >>> only_definitions("import os\\ndef f():\\n    return 1")
+    True
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    kinds = (
+        ast.Import,
+        ast.ImportFrom,
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.ClassDef,
+        ast.Pass,
+    )
+    body = [
+        n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+    ]
+    return bool(body) and all(isinstance(n, kinds) for n in body)

@@ -15,7 +15,6 @@ repeats), which survives cells inserted above it.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 
+from .analysis import first_line
 from .store.journal import Journal
 
 LOAD_EXTENSION = "--ext=ipy_resume"
@@ -65,19 +65,6 @@ class RunReport:
 
 
 # ---- cell ids, labels and parameters --------------------------------------------------------
-
-
-def first_line(source: str, width: int = 60) -> str:
-    """The first non-blank line of a cell, shortened: how people recognise a cell.
-
-    >>> first_line("\\n# load\\ndf = read()")
-    '# load'
-    """
-    for line in source.splitlines():
-        if line.strip():
-            line = line.strip()
-            return line if len(line) <= width else line[: width - 1] + "…"
-    return "(empty)"
 
 
 def cell_ids(nb: Any, trust_ids: bool = True) -> dict[int, str]:
@@ -462,27 +449,3 @@ def validate_parameters(pairs: list[list[str]] | None) -> list[tuple[str, str]]:
     [('a', '1')]
     """
     return [(name, value) for name, value in (pairs or [])]
-
-
-def only_definitions(source: str) -> bool:
-    """Whether a cell only imports and defines functions or classes.
-
-    >>> only_definitions("import os\\ndef f():\\n    return 1")
-    True
-    """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False
-    kinds = (
-        ast.Import,
-        ast.ImportFrom,
-        ast.FunctionDef,
-        ast.AsyncFunctionDef,
-        ast.ClassDef,
-        ast.Pass,
-    )
-    body = [
-        n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
-    ]
-    return bool(body) and all(isinstance(n, kinds) for n in body)
