@@ -413,7 +413,7 @@ def _fitted(
     except KeyError:
         return None
     pairs = []
-    done, attached = fp._call, fp._attached
+    done, attached, ndarray = fp._call, fp._attached, _ndarray_type
     for (name, up), value in zip(other_names, other_values, strict=True):
         t = type(value)
         if t in _SCALARS or (t in _SEQUENCES and _SCALARS.issuperset(map(type, value))):
@@ -422,6 +422,11 @@ def _fitted(
             attached.setdefault(id(value), value)  # Fingerprinter.attach, inline
             pairs.append(name + _UP_DIGEST)
             continue
+        if t is ndarray:
+            digest = small_array(value)
+            if digest is not None:
+                pairs.append(name + (_ALIASES.get(digest, digest) if _ALIASES else digest))
+                continue
         # An object digested already (the Axes' transforms, a style enum): its digest from
         # the memo without a call.  Not a method: one bound to *obj* counts differently here.
         digest = None if t is _MethodType else done.get(id(value))
