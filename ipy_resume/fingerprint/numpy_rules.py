@@ -60,9 +60,53 @@ def _c_order_chunks(arr: Any) -> Iterator[Any]:
             yield from _c_order_chunks(arr[i])
 
 
+# Arrays up to this size are hashed from one copy of their bytes: the same digest as hashing
+# them in place (xxh3 does not depend on how the input is split), at a fraction of the cost of
+# setting that up, which dominates for the small arrays of a figure's artists and transforms.
+_SMALL_BYTES = 1 << 16
+# id(dtype) -> (dtype, digest of its token) for dtypes without fields or sub-arrays, whose
+# token cannot change (only a structured dtype's field names can be set); None for dtypes
+# whose arrays are not raw bytes.  The dtype is kept so its id is not reused.
+_DTYPE_HEADS: dict[int, tuple[Any, bytes | None]] = {}
+_DTYPE_HEADS_MAX = 1_000
+# shape -> its encoding in the digest (ndim and sizes): a figure's arrays have few shapes
+_SHAPES: dict[tuple[int, ...], bytes] = {}
+_SHAPES_MAX = 10_000
+
+
+def small_array_digest(arr: Any) -> bytes | None:
+    """:func:`_c_ndarray`'s digest of a small C-contiguous array of raw values, else None.
+
+    Such an array refers to no other object, so a caller may digest it inline, like an atomic
+    value, without the fingerprinter's bookkeeping.
+    """
+    dt = arr.dtype
+    cached = _DTYPE_HEADS.get(id(dt))
+    if cached is None:
+        if dt.fields is not None or dt.subdtype is not None:
+            return None
+        token = None if dt.hasobject or dt.kind not in _RAW_KINDS else _x(_dtype_token(dt))
+        if len(_DTYPE_HEADS) < _DTYPE_HEADS_MAX:
+            _DTYPE_HEADS[id(dt)] = (dt, token)
+    else:
+        token = cached[1]
+    if token is None or arr.nbytes > _SMALL_BYTES or not arr.flags.c_contiguous:
+        return None
+    shape = arr.shape
+    dims = _SHAPES.get(shape)
+    if dims is None:
+        dims = _u64(len(shape)) + b"".join(map(_u64, shape))
+        if len(_SHAPES) < _SHAPES_MAX:
+            _SHAPES[shape] = dims
+    return _x(b"ndarray\0" + token + dims + b"C" + arr.tobytes())
+
+
 def _c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
     import numpy as np
 
+    small = small_array_digest(arr)
+    if small is not None:
+        return small
     dt = arr.dtype
     head = _x(_dtype_token(dt)) + _u64(arr.ndim) + b"".join(_u64(n) for n in arr.shape)
     if dt.hasobject or dt.kind not in _RAW_KINDS:

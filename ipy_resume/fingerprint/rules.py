@@ -19,7 +19,23 @@ matplotlib (consulted only while matplotlib is imported)
     an input holding one artist covers the figure it is in.  References *up* (an artist's
     ``_axes`` and ``_parent_figure``, an axis' or spine's ``axes``, a legend's ``parent``) are
     digested once per input, after it (``Fingerprinter.attach``), rather than inline: inline
-    they make a whole figure one reference cycle, which costs several passes.  Measured with the Agg backend, ``canvas.draw()``
+    they make a whole figure one reference cycle, which costs several passes.  A method bound
+    to the object itself (a ``MarkerStyle``'s ``_marker_function``) counts as its function,
+    for the same reason.  ``MarkerStyle`` and ``Path`` are digested by their ``__dict__``
+    too.
+
+    The cost is what a figure of many artists is made of: ten or so small objects per
+    artist (the artist, its clip box and that box's transforms, its marker), each with up to
+    60 attributes.  So an object's attributes whose values are leaves (exact ``str``, ``int``,
+    ``float``, ``bool``, ``None``, and tuples and lists of them) go into one ``marshal``
+    buffer (format 2, which has no back-references: the same bytes for equal values in every
+    process), sorted by name, after a digest of their names; the other attributes are
+    (name digest, value digest) pairs, sorted.  Small C-contiguous arrays of plain values
+    (a bounding box's points, a transform's matrix) are hashed inline, to the digest their
+    own rule gives.  The names and kinds of the attributes of the last object of each class
+    are kept (a *layout*): the next object of the class is read with C getters and checked
+    in bulk, and read attribute by attribute whenever it does not fit.  The digest does not
+    depend on which of the two read it.  Measured with the Agg backend, ``canvas.draw()``
     changes or adds (and the digest therefore leaves out):
 
     * every artist: ``_stale``, ``stale_callback`` (the parent's method), ``_remove_method``;
@@ -65,12 +81,16 @@ from __future__ import annotations
 
 import io
 import itertools
+import marshal
+import operator
 import sys
 import threading
-from typing import Any
+import types
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from .core import (
-    _ATOMIC,
+    _ALIASES,
     CALL_MEMO,
     Fingerprinter,
     Handler,
@@ -80,6 +100,7 @@ from .core import (
     _x,
     add_provider,
 )
+from .numpy_rules import small_array_digest as small_array
 
 # ---- handles on something outside the value ------------------------------------------------
 
@@ -231,33 +252,238 @@ _NAME_DIGESTS_MAX = 20_000
 # Attributes that point up from a part to what holds it: an artist's Axes and figure, an
 # axis' or spine's Axes, a legend's parent.
 _UP = frozenset({"_axes", "axes", "_parent_figure", "figure", "parent", "_parent", "_figure"})
-_ATOMIC_UP = (str, int, float, bool)
-_UP_MARK = "<held by an object digested with the input>"
+# Values written into an object's digest as they are, in one ``marshal`` buffer, instead of
+# one digest each: most of an artist's attributes are flags, numbers, names and tuples of
+# them (a colour), and digesting them one by one was most of the cost of a figure.  Exact
+# types only: a subclass (an IntEnum, a numpy scalar) has a rule of its own, and marshal
+# would write a numpy scalar as its raw bytes.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_SEQUENCES = frozenset({tuple, list})
+# marshal format 2: no back-references (format 3 writes a repeated or interned object as a
+# reference, which depends on identity and reference counts, not value), floats as IEEE 754
+# binary64, strings as UTF-8, int/bool/None/tuple/list tagged apart.  Format 2 is frozen: the
+# bytes are the same in every process that writes it.
+_MARSHAL_VERSION = 2
+_marshal = marshal.dumps
+_by_name = operator.itemgetter(0)
+_by_value = operator.itemgetter(1)
+_chain = itertools.chain.from_iterable
+_MethodType = types.MethodType
+# What an up-pointer counts as where it sits (it is digested with the input).
+_UP_DIGEST = _x(b"mpl.up\0")
+# numpy.ndarray, set when the first matplotlib rule is made (matplotlib imports numpy)
+_ndarray_type: type | None = None
+
+# Digests of the sorted names of an object's leaf attributes: one per class, in practice.
+_NAMES_DIGESTS: dict[tuple[str, ...], bytes] = {}
+_NAMES_DIGESTS_MAX = 2_000
+
+Getter = Callable[[dict[str, Any]], tuple[Any, ...]]
+
+
+class _Layout(NamedTuple):
+    """Where the attributes of the last object of a class (and skip set) were.
+
+    The next object of the class usually has the same attributes, with values of the same
+    kinds: its leaf values are then read with C getters and checked in bulk, and only the
+    other attributes are looked at one by one.  Whenever the object does not fit (another
+    number of attributes, a missing one, a value of another kind) the general loop runs and
+    records a new layout.  Both give the same digest: the encoding is defined by the values
+    (see ``_state_digest``), not by the path that computed it.
+    """
+
+    size: int  # len(__dict__), skipped attributes included
+    skipped: Getter | None  # the skipped attributes (KeyError when one is missing)
+    scalars: Getter | None  # leaf attributes that held a scalar
+    sequences: Getter | None  # leaf attributes that held a tuple or list of scalars
+    leaves: Getter  # all leaf attributes, sorted by name
+    names: bytes  # digest of the leaf attributes' names
+    others: Getter | None  # the other attributes, sorted by name digest
+    other_names: tuple[tuple[bytes, bool], ...]  # their name digests, and whether they point up
+
+
+_LAYOUTS: dict[tuple[type, frozenset[str]], _Layout] = {}
+_LAYOUTS_MAX = 2_000
+
+
+def _empty(state: dict[str, Any]) -> tuple[Any, ...]:
+    return ()
+
+
+def _getter(keys: tuple[str, ...]) -> Getter:
+    """``state -> tuple of state[k] for k in keys``, in C when there are two keys or more."""
+    if not keys:
+        return _empty
+    if len(keys) == 1:
+        key = keys[0]
+        return lambda state: (state[key],)
+    return operator.itemgetter(*keys)
+
+
+def _names_digest(names: tuple[str, ...]) -> bytes:
+    digest = _NAMES_DIGESTS.get(names)
+    if digest is None:
+        digest = _x(b"mpl.names\0" + _marshal(names, _MARSHAL_VERSION))
+        if len(_NAMES_DIGESTS) < _NAMES_DIGESTS_MAX:
+            _NAMES_DIGESTS[names] = digest
+    return digest
+
+
+def _name_digest(fp: Fingerprinter, key: Any) -> bytes:
+    if type(key) is not str:
+        return fp._digest(key)
+    name = _NAME_DIGESTS.get(key)
+    if name is None:
+        name = fp._digest(key)
+        if len(_NAME_DIGESTS) < _NAME_DIGESTS_MAX:
+            _NAME_DIGESTS[key] = name
+    return name
+
+
+def _is_leaf(value: Any) -> bool:
+    t = type(value)
+    return t in _SCALARS or (t in _SEQUENCES and _SCALARS.issuperset(map(type, value)))
+
+
+def _other_digest(fp: Fingerprinter, obj: Any, value: Any) -> bytes:
+    """Digest of an attribute value that is not a leaf nor an up-pointer."""
+    t = type(value)
+    if t is _ndarray_type:
+        # Small arrays (a Bbox's points, an Affine2D's matrix, a short line's data) refer to
+        # nothing else: digested inline, without the traversal's bookkeeping.
+        digest = small_array(value)
+        if digest is not None:
+            return _ALIASES.get(digest, digest) if _ALIASES else digest
+    elif t is _MethodType and value.__self__ is obj:
+        # A method bound to the object itself (a MarkerStyle's _marker_function) counts as
+        # its function: through __self__ it would make the object a reference cycle of its own,
+        # which costs several passes (see the core module).
+        return _x(b"mpl.own-method\0" + fp._digest(value.__func__))
+    return fp._digest(value)
 
 
 def _state_digest(
     fp: Fingerprinter, obj: Any, state: dict[str, Any], skip: frozenset[str]
 ) -> bytes:
-    """Type plus the sorted (name, value) digests of *state* without *skip*."""
-    dg, atomic, names = fp._digest, _ATOMIC.get, _NAME_DIGESTS
+    """Type plus *state* without *skip*: its leaf values in one buffer, the rest as digests.
+
+    Leaves (exact ``str``, ``int``, ``float``, ``bool``, ``None``, and tuples and lists of
+    them) are marshalled together, sorted by name, after a digest of their names; every
+    other value is a (name digest, value digest) pair, the pairs sorted.  Which of the two
+    an attribute goes to depends only on its value, so the encoding is injective (marshal's
+    output delimits itself).  References up (``_UP``) are attached to the input and count
+    as a mark here.
+    """
+    t = type(obj)
+    type_digest = fp._life.get(id(t)) or fp._digest(t)  # classes live in the lifetime memo
+    layout = _LAYOUTS.get((t, skip))
+    found = None if layout is None else _fitted(fp, obj, state, layout)
+    if found is None:
+        found = _measured(fp, obj, state, skip)
+    names, values, pairs = found
+    return _x(b"mpl\0" + type_digest + names + _marshal(values, _MARSHAL_VERSION) + b"".join(pairs))
+
+
+def _fitted(
+    fp: Fingerprinter, obj: Any, state: dict[str, Any], layout: _Layout
+) -> tuple[bytes, tuple[Any, ...], list[bytes]] | None:
+    """*state*'s parts read through *layout*; None when it does not fit.
+
+    The hot path of a figure's digest: the checks run in C over all values at once.
+    """
+    size, skipped, scalars, sequences, leaves, names, others, other_names = layout
+    if len(state) != size:
+        return None
+    try:
+        # Each getter raises KeyError for a missing attribute: with the same number of
+        # attributes, none is missing only if there is no new one either.
+        if skipped is not None:
+            skipped(state)
+        if scalars is not None and not _SCALARS.issuperset(map(type, scalars(state))):
+            return None
+        if sequences is not None:
+            seqs = sequences(state)
+            if not (
+                _SEQUENCES.issuperset(map(type, seqs))
+                and _SCALARS.issuperset(map(type, _chain(seqs)))
+            ):
+                return None
+        values = leaves(state)
+        other_values = () if others is None else others(state)
+    except KeyError:
+        return None
     pairs = []
-    for key, value in state.items():
-        if key in skip:
+    done, attached, ndarray = fp._call, fp._attached, _ndarray_type
+    for (name, up), value in zip(other_names, other_values, strict=True):
+        t = type(value)
+        if t in _SCALARS or (t in _SEQUENCES and _SCALARS.issuperset(map(type, value))):
+            return None  # a leaf now: it goes with the leaves
+        if up:
+            attached.setdefault(id(value), value)  # Fingerprinter.attach, inline
+            pairs.append(name + _UP_DIGEST)
             continue
-        if key in _UP and value is not None and not isinstance(value, _ATOMIC_UP):
+        if t is ndarray:
+            digest = small_array(value)
+            if digest is not None:
+                pairs.append(name + (_ALIASES.get(digest, digest) if _ALIASES else digest))
+                continue
+        # An object digested already (the Axes' transforms, a style enum): its digest from
+        # the memo without a call.  Not a method: one bound to *obj* counts differently here.
+        digest = None if t is _MethodType else done.get(id(value))
+        pairs.append(name + (digest or _other_digest(fp, obj, value)))
+    return names, values, pairs
+
+
+def _measured(
+    fp: Fingerprinter, obj: Any, state: dict[str, Any], skip: frozenset[str]
+) -> tuple[bytes, tuple[Any, ...], list[bytes]]:
+    """*state*'s parts, attribute by attribute; records the layout for the next object."""
+    leaves: list[tuple[str, Any]] = []
+    pairs: list[bytes] = []
+    skipped: list[str] = []
+    others: list[tuple[bytes, str, bool]] = []
+    layout_ok = True
+    for key, value in state.items():
+        if type(key) is not str:
+            layout_ok = False  # a getter of names only
+        elif key in skip:
+            skipped.append(key)
+            continue
+        if _is_leaf(value) and type(key) is str:
+            leaves.append((key, value))
+            continue
+        name = _name_digest(fp, key)
+        if key in _UP and value is not None:
             # A reference up to the Axes or figure: digested once for the whole input, not
             # inline, so a figure is not one large reference cycle (see Fingerprinter.attach).
             fp.attach(value)
-            value = _UP_MARK
-        name = names.get(key) if type(key) is str else None
-        if name is None:
-            name = dg(key)
-            if type(key) is str and len(names) < _NAME_DIGESTS_MAX:
-                names[key] = name
-        a = atomic(type(value))
-        pairs.append(name + (dg(value) if a is None else a(value)))
+            pairs.append(name + _UP_DIGEST)
+            up = True
+        else:
+            pairs.append(name + _other_digest(fp, obj, value))
+            up = False
+        others.append((name, key, up))
+    leaves.sort(key=_by_name)
+    keys = tuple(map(_by_name, leaves))
+    values = tuple(map(_by_value, leaves))
+    names = _names_digest(keys)
     pairs.sort()
-    return _x(b"mpl\0" + dg(type(obj)) + b"".join(pairs))
+    where = (type(obj), skip)
+    if layout_ok and (len(_LAYOUTS) < _LAYOUTS_MAX or where in _LAYOUTS):
+        others.sort()
+        scalars = tuple(k for k, v in leaves if type(v) in _SCALARS)
+        sequences = tuple(k for k, v in leaves if type(v) in _SEQUENCES)
+        _LAYOUTS[where] = _Layout(
+            size=len(state),
+            skipped=_getter(tuple(skipped)) if skipped else None,
+            scalars=_getter(scalars) if scalars else None,
+            sequences=_getter(sequences) if sequences else None,
+            leaves=_getter(keys),
+            names=names,
+            others=_getter(tuple(key for _, key, _ in others)) if others else None,
+            other_names=tuple((name, up) for name, _, up in others),
+        )
+    return names, values, pairs
 
 
 def _settle(axes: Any) -> None:
@@ -270,7 +496,8 @@ def _settle(axes: Any) -> None:
 
 
 def _c_mpl_object(fp: Fingerprinter, obj: Any) -> bytes:
-    return _state_digest(fp, obj, vars(obj), _skip_for(type(obj)))
+    t = type(obj)
+    return _state_digest(fp, obj, vars(obj), _SKIP_CACHE.get(t) or _skip_for(t))
 
 
 def _c_mpl_artist(fp: Fingerprinter, artist: Any) -> bytes:
@@ -436,7 +663,10 @@ def _c_mpl_canvas(fp: Fingerprinter, canvas: Any) -> bytes:
 
 
 def _matplotlib_rule(t: type) -> Rule | None:
+    global _ndarray_type
     modules = sys.modules
+    if _ndarray_type is None:
+        _ndarray_type = getattr(modules.get("numpy"), "ndarray", None)
     # a user subclass of a matplotlib class is matplotlib's too (its instances' state)
     if not any(k.__module__.startswith(("matplotlib", "mpl_toolkits")) for k in t.__mro__):
         return None
@@ -460,6 +690,10 @@ def _matplotlib_rule(t: type) -> Rule | None:
         ("matplotlib.transforms", "TransformNode", _c_mpl_object),
         ("matplotlib.ticker", "TickHelper", _c_mpl_object),
         ("matplotlib.colors", "Colormap", _c_mpl_object),
+        # By their __dict__ like the rest (through __reduce_ex__ they cost a dict more); a
+        # MarkerStyle holds a method bound to itself, counted as its function.
+        ("matplotlib.markers", "MarkerStyle", _c_mpl_object),
+        ("matplotlib.path", "Path", _c_mpl_object),
         ("matplotlib.container", "Container", _c_mpl_container),
         ("matplotlib.cbook", "CallbackRegistry", _c_mpl_type_only),
         ("matplotlib.backend_bases", "RendererBase", _c_mpl_type_only),
