@@ -81,6 +81,11 @@ NO_MEMO, CALL_MEMO, LIFE_MEMO = 0, 1, 2
 _INF = sys.maxsize
 _MISSING = object()
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes created at run time, which may be collected
+#: The memo key of an object: its address, as ``object.__hash__`` gives it (the address
+#: rotated, so unique among live objects, whatever the class defines). Not ``id()``: id
+#: raises an audit event, and once any audit hook is installed (ipy_resume's record of
+#: the files a cell reads is one) every id() call runs it, about 7x slower.
+address = object.__hash__
 
 # ---- budget --------------------------------------------------------------------------------
 
@@ -355,7 +360,7 @@ _PENDING = _x(b"scc-pending\0")
 class Fingerprinter:
     """Fingerprints several values, sharing work between them.
 
-    Functions, classes and modules are cached by ``id()`` for the fingerprinter's lifetime
+    Functions, classes and modules are cached by address for the fingerprinter's lifetime
     (the cache keeps them alive), so use one instance per key computation, while the values
     do not change.  Each top-level :meth:`digest` has a budget of *max_objects* composite
     objects and *max_seconds* seconds (default: ``IPY_RESUME_FINGERPRINT_BUDGET`` as read when
@@ -397,7 +402,7 @@ class Fingerprinter:
         objects, seconds = read_budget(os.environ.get(BUDGET_ENV))
         self._max_objects = objects if max_objects is None else max_objects
         self._max_seconds = seconds if max_seconds is None else max_seconds
-        # finished digests by id(); the keep lists hold the objects so an id is not reused
+        # finished digests by address; the keep lists hold the objects so one is not reused
         self._life: dict[int, bytes] = {}
         self._life_keep: list[object] = []
         self._call: dict[int, bytes] = {}
@@ -479,7 +484,7 @@ class Fingerprinter:
         >>> fp.digest([1]) != fp.digest([1, fp.attach([2])])
         True
         """
-        self._attached.setdefault(id(obj), obj)
+        self._attached.setdefault(address(obj), obj)
 
     def _with_attached(self, result: bytes) -> bytes:
         done: dict[int, bytes] = {}
@@ -522,7 +527,7 @@ class Fingerprinter:
                 if not isinstance(resolved, tuple):
                     return resolved(value)
                 entry = resolved
-        vid = id(value)
+        vid = address(value)
         life = entry[1] == LIFE_MEMO
         hit = (self._life if life else self._call).get(vid)
         if hit is not None:
@@ -587,8 +592,8 @@ class Fingerprinter:
         """Forget the unfinished objects from position *start* on, after an error."""
         objs = self._objs
         for pos in range(start, len(objs)):
-            if self._index.get(id(objs[pos])) == pos:
-                del self._index[id(objs[pos])]
+            if self._index.get(address(objs[pos])) == pos:
+                del self._index[address(objs[pos])]
             self._sigmas.pop(pos, None)
         del objs[start:]
         del self._entries[start:]
@@ -598,7 +603,7 @@ class Fingerprinter:
         """Finish the component whose first member sits at *start*; return that member's digest."""
         members = self._objs[start:]
         entries = self._entries[start:]
-        ids = [id(m) for m in members]
+        ids = [address(m) for m in members]
         sigmas = self._sigmas
         colors = [sigmas.pop(start + i) for i in range(len(members))]
         outer = self._colors

@@ -99,6 +99,7 @@ from .core import (
     _type_name,
     _x,
     add_provider,
+    address,
 )
 from .numpy_rules import small_array_digest as small_array
 
@@ -375,7 +376,7 @@ def _state_digest(
     as a mark here.
     """
     t = type(obj)
-    type_digest = fp._life.get(id(t)) or fp._digest(t)  # classes live in the lifetime memo
+    type_digest = fp._life.get(address(t)) or fp._digest(t)  # classes live in the lifetime memo
     layout = _LAYOUTS.get((t, skip))
     found = None if layout is None else _fitted(fp, obj, state, layout)
     if found is None:
@@ -419,7 +420,7 @@ def _fitted(
         if t in _SCALARS or (t in _SEQUENCES and _SCALARS.issuperset(map(type, value))):
             return None  # a leaf now: it goes with the leaves
         if up:
-            attached.setdefault(id(value), value)  # Fingerprinter.attach, inline
+            attached.setdefault(address(value), value)  # Fingerprinter.attach, inline
             pairs.append(name + _UP_DIGEST)
             continue
         if t is ndarray:
@@ -429,7 +430,7 @@ def _fitted(
                 continue
         # An object digested already (the Axes' transforms, a style enum): its digest from
         # the memo without a call.  Not a method: one bound to *obj* counts differently here.
-        digest = None if t is _MethodType else done.get(id(value))
+        digest = None if t is _MethodType else done.get(address(value))
         pairs.append(name + (digest or _other_digest(fp, obj, value)))
     return names, values, pairs
 
