@@ -181,6 +181,7 @@ class BlobStore:
         *,
         touch: bool = False,
         verify: bool = False,
+        dirs: set[Path] | None = None,
     ) -> int:
         """Store the concatenation of *chunks* (which must hash to *address*).
 
@@ -190,6 +191,7 @@ class BlobStore:
         With *verify*, such a file is first checked against its name, and written
         afresh (the bad copy quarantined) when it fails: a save that heals a damaged
         checkpoint never reuses a blob it has not seen to be sound.
+        *dirs*: see :func:`fsio.atomic_write` (a group commit fsyncs the folders later).
         """
         if (
             verify
@@ -204,7 +206,7 @@ class BlobStore:
             return 0
         path = self.path(address)
         fsio.makedirs(path.parent)
-        with fsio.atomic_write(path) as f:
+        with fsio.atomic_write(path, dirs=dirs) as f:
             for chunk in chunks:
                 f.write(chunk)
             written = f.bytes_written

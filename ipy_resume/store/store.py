@@ -33,7 +33,17 @@ from typing import Any, Protocol
 import numpy as np
 
 from ipy_resume import modrefs
-from ipy_resume.store import blobs, codecs, fsio, info, lock, manifest, retention, signing
+from ipy_resume.store import (
+    background,
+    blobs,
+    codecs,
+    fsio,
+    info,
+    lock,
+    manifest,
+    retention,
+    signing,
+)
 from ipy_resume.store.audit import Audit
 from ipy_resume.store.audit import audit as audit_store
 from ipy_resume.store.blobs import SHA256, XXH3, BlobStore
@@ -49,6 +59,7 @@ from ipy_resume.store.journal import Journal
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import BlobRef, Manifest
 from ipy_resume.store.retention import GcReport
+from ipy_resume.store.snapshot import Snapshot
 
 __all__ = ["PACK_TARGET", "PACK_VALUE_MAX", "DecodeError", "Linker", "SaveResult", "Store"]
 
@@ -180,8 +191,14 @@ def token(checkpoint_id: str, name: str) -> str:
 class _Writer:
     """Turns the values of one save into blobs, tracking refs and bytes written."""
 
-    def __init__(self, store: BlobStore, touch: bool = False, verify: bool = False) -> None:
+    def __init__(
+        self, store: BlobStore, touch: bool = False, verify: bool = False, defer: bool = False
+    ) -> None:
         self.blobs = store
+        # defer: blobs are kept in memory (address, chunks, size) for a later commit (see
+        # Store.snapshot) instead of being written now
+        self.deferred: list[tuple[str, list[Any], int]] | None = [] if defer else None
+        self._queued: set[str] = set()
         self.touch = touch  # refresh the mtime of deduped blobs (no lock: gc's grace rule)
         # check blobs before reusing them (the save heals a checkpoint that failed to load)
         self.verify = verify
@@ -198,6 +215,14 @@ class _Writer:
         self.added: dict[str, object] = {}
 
     def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
+        if self.deferred is not None:
+            if address not in self._queued:
+                self._queued.add(address)
+                # present already: nothing to keep (the commit checks again, under the lock)
+                if not self.blobs.exists(address, size):
+                    self.deferred.append((address, list(chunks), size))
+            self._sound.add(address)
+            return
         self.current = self.blobs.path(address)
         self.bytes_written += self.blobs.put(
             address, chunks, size, touch=self.touch, verify=self.verify
@@ -494,6 +519,11 @@ class Store:
     def _key_dir(self, cell_id: str, key: str) -> Path:
         return self.root / "manifests" / manifest.cell_dir(cell_id) / key
 
+    def healing(self, cell_id: str, key: str) -> bool:
+        """True when the next save of (cell_id, key) replaces a checkpoint that failed to
+        load: it checks every blob it reuses, so it is not left to the background writer."""
+        return (cell_id, key) in self._suspect
+
     def blob_path(self, address: str) -> Path:
         """The file of blob *address*."""
         return self.blobs.path(address)
@@ -534,7 +564,6 @@ class Store:
         for name in [*values, *extras]:
             _check_text("a value name", name)
 
-        failed: dict[str, str] = {}
         suspect = self._suspect.get((cell_id, key))
         writer = _Writer(self.blobs, verify=suspect is not None)
         ident = manifest.new_checkpoint_id()
@@ -549,56 +578,132 @@ class Store:
             ) as locked:
                 writer.touch = not locked
                 fsio.makedirs(self.blobs.objects)
-                for slot, reason in self._write_values(writer, values, linker, ident).items():
-                    failed[slot[2:]] = reason
-                for name, value in extras.items():
-                    try:
-                        writer.add(f"x:{name}", value)
-                    except codecs.EncodeError as exc:
-                        failed[EXTRA_PREFIX + name] = str(exc)
-                writer.flush()
-                names = [*values, *(n for n in writer.added if n not in values)]
-                if writer.added and linker is not None:
-                    # so their fingerprints survive a restore like the cell's own values'
-                    recorded = dict(info_doc.get("fingerprints") or {})
-                    for name in writer.added:
-                        digest = linker.digest(writer.added[name])
-                        if digest is not None:
-                            recorded[name] = digest
-                    info_doc["fingerprints"] = recorded
-                value_refs = {n: writer.refs[f"v:{n}"] for n in names if f"v:{n}" in writer.refs}
-                extra_refs = {n: writer.refs[f"x:{n}"] for n in extras if f"x:{n}" in writer.refs}
-                m = Manifest(
-                    id=ident,
-                    cell_id=cell_id,
-                    key=key,
-                    created=manifest.now_iso(),
-                    complete=bool(complete) and not failed,
-                    values=value_refs,
-                    extras=extra_refs,
-                    failed=dict(failed),
-                    info=info_doc,
-                    versions=_versions(),
-                    bytes=0,
-                    bytes_written=writer.bytes_written,
-                    links=dict(sorted(writer.links.items())),
-                    seed_base=seed_base,
+                m, failed = self._build(
+                    writer, ident, cell_id, key, values, extras, info_doc, complete, linker
                 )
-                m.bytes = sum(r.size for r in m.blob_refs())
+                m.seed_base = seed_base
+                m.bytes_written = writer.bytes_written
                 manifest_bytes = self._commit(m, writer)
                 if suspect is not None:
                     self._heal(m, suspect)
         except StoreLocked as exc:
-            cell = " ".join(cell_id.split())
-            raise StoreLocked(
-                f"could not save checkpoint '{cell}': {exc} Nothing was committed and the "
-                "values are still in memory; run the cell again once the store is free.",
-                path=exc.path,
-            ) from exc
+            raise self._locked_error(cell_id, exc) from exc
         except OSError as exc:
             raise self._save_error(cell_id, exc, writer.current) from exc
         return SaveResult(
             m, failed, writer.bytes_written + manifest_bytes, sorted(writer.added), writer.members
+        )
+
+    def snapshot(
+        self,
+        cell_id: str,
+        key: str,
+        values: Mapping[str, object],
+        *,
+        extras: Mapping[str, object] | None = None,
+        info: Mapping[str, Any] | None = None,
+        complete: bool = True,
+        linker: Linker | None = None,
+    ) -> Snapshot:
+        """Serialise a save of *values* to memory now; write it later with ``commit``.
+
+        Everything :meth:`save` decides (what is stored, what links where, the
+        manifest and its id) is decided here, and nothing is written: pickles are
+        kept as bytes, and the blobs still to be written keep views of the live
+        arrays until :meth:`Snapshot.own` copies them.  Blobs found present now
+        are not kept; ``commit`` checks again, under the lock, that they still are.
+
+        >>> snap = store.snapshot("train", key, {"model": model})  # doctest: +SKIP
+        >>> snap.own(); snap.commit().manifest.id  # doctest: +SKIP
+        """
+        _check_cell_id(cell_id)
+        _check_key(key)
+        extras = {} if extras is None else extras
+        info_doc = dict(info or {})
+        try:
+            manifest.canonical_json(info_doc)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"info must be JSON-serialisable: {exc}") from exc
+        for name in [*values, *extras]:
+            _check_text("a value name", name)
+        writer = _Writer(self.blobs, defer=True)
+        try:
+            seed_base = self.seed_base
+            m, failed = self._build(
+                writer,
+                manifest.new_checkpoint_id(),
+                cell_id,
+                key,
+                values,
+                extras,
+                info_doc,
+                complete,
+                linker,
+            )
+        except OSError as exc:
+            raise self._save_error(cell_id, exc, writer.current) from exc
+        m.seed_base = seed_base
+        suspect = self._suspect.get((cell_id, key))
+        return Snapshot(self, m, writer, failed, suspect)
+
+    def _build(
+        self,
+        writer: _Writer,
+        ident: str,
+        cell_id: str,
+        key: str,
+        values: Mapping[str, object],
+        extras: Mapping[str, object],
+        info_doc: dict[str, Any],
+        complete: bool,
+        linker: Linker | None,
+    ) -> tuple[Manifest, dict[str, str]]:
+        """Turn *values* and *extras* into blobs (through *writer*) and the manifest."""
+        failed: dict[str, str] = {}
+        for slot, reason in self._write_values(writer, values, linker, ident).items():
+            failed[slot[2:]] = reason
+        for name, value in extras.items():
+            try:
+                writer.add(f"x:{name}", value)
+            except codecs.EncodeError as exc:
+                failed[EXTRA_PREFIX + name] = str(exc)
+        writer.flush()
+        names = [*values, *(n for n in writer.added if n not in values)]
+        if writer.added and linker is not None:
+            # so their fingerprints survive a restore like the cell's own values'
+            recorded = dict(info_doc.get("fingerprints") or {})
+            for name in writer.added:
+                digest = linker.digest(writer.added[name])
+                if digest is not None:
+                    recorded[name] = digest
+            info_doc["fingerprints"] = recorded
+        value_refs = {n: writer.refs[f"v:{n}"] for n in names if f"v:{n}" in writer.refs}
+        extra_refs = {n: writer.refs[f"x:{n}"] for n in extras if f"x:{n}" in writer.refs}
+        m = Manifest(
+            id=ident,
+            cell_id=cell_id,
+            key=key,
+            created=manifest.now_iso(),
+            complete=bool(complete) and not failed,
+            values=value_refs,
+            extras=extra_refs,
+            failed=dict(failed),
+            info=info_doc,
+            versions=_versions(),
+            bytes=0,
+            bytes_written=0,
+            links=dict(sorted(writer.links.items())),
+            seed_base=None,
+        )
+        m.bytes = sum(r.size for r in m.blob_refs())
+        return m, failed
+
+    def _locked_error(self, cell_id: str, exc: StoreLocked) -> StoreLocked:
+        cell = " ".join(cell_id.split())
+        return StoreLocked(
+            f"could not save checkpoint '{cell}': {exc} Nothing was committed and the "
+            "values are still in memory; run the cell again once the store is free.",
+            path=exc.path,
         )
 
     @staticmethod
@@ -638,7 +743,14 @@ class Store:
             return {}
         return writer.add_group(group, hdf5, linker, ident)
 
-    def _commit(self, m: Manifest, writer: _Writer) -> int:
+    def _commit(
+        self, m: Manifest, writer: _Writer, dirs: set[Path] | None = None, quiet: bool = False
+    ) -> int:
+        """Publish manifest *m*; with *dirs* its folder's fsync is left to the caller.
+
+        *quiet* (a commit on the background writer): the main thread's id cache is left
+        alone, it may be reading it.
+        """
         folder = self._key_dir(m.cell_id, m.key)
         writer.current = folder
         fsio.makedirs(folder)
@@ -647,7 +759,7 @@ class Store:
             data = manifest.encode(m, self.key)
             writer.current = path
             try:
-                with fsio.atomic_write(path, exclusive=True) as f:
+                with fsio.atomic_write(path, exclusive=True, dirs=dirs) as f:
                     f.write(data)
             except FileExistsError:  # same id from another process in the same ms
                 m.id = manifest.new_checkpoint_id()
@@ -659,7 +771,7 @@ class Store:
                 raise
             m.path = path
             writer.current = None
-            if self._id_cache is not None:
+            if self._id_cache is not None and not quiet:
                 self._id_cache[1].add(m.id)
             return len(data)
         raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
@@ -808,6 +920,8 @@ class Store:
         """
         _check_cell_id(cell_id)
         _check_key(key)
+        # read our own writes: a save of this key still being written is waited for
+        background.barrier(self.root, key=(cell_id, key), callbacks=False)
         problem: StoreError | None = None
         good: list[Manifest] = []
         bad: list[Path] = []
@@ -872,6 +986,7 @@ class Store:
     def history(self, cell_id: str) -> list[Manifest]:
         """Every verified checkpoint of *cell_id* (any key, complete or not), oldest first."""
         _check_cell_id(cell_id)
+        background.barrier(self.root, cell_id=cell_id, callbacks=False)
         cdir = self.root / "manifests" / manifest.cell_dir(cell_id)
         found = [
             m
@@ -882,6 +997,7 @@ class Store:
 
     def manifests_except(self, ids: set[str]) -> list[Manifest]:
         """Every verified checkpoint whose id is not in *ids* (the others are not read)."""
+        background.barrier(self.root, callbacks=False)
         paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] not in ids]
         return sorted(self._verified(paths), key=manifest.order_key)
 
@@ -902,6 +1018,7 @@ class Store:
         >>> Store("s").short_ids()  # doctest: +SKIP
         {'3f2a9c1d2e4b5a6f': '3f2a9c1d', ...}
         """
+        background.barrier(self.root, callbacks=False)
         return manifest.unique_prefixes(self.ids() | set(extra))
 
     def short_id(self, checkpoint_id: str) -> str:
@@ -921,6 +1038,7 @@ class Store:
 
     def manifests(self) -> list[Manifest]:
         """Every verified checkpoint of the store, oldest first."""
+        background.barrier(self.root, callbacks=False)
         found = list(self._verified(self._manifest_paths(self._all_cell_dirs())))
         return sorted(found, key=manifest.order_key)
 
@@ -1104,6 +1222,7 @@ class Store:
 
     def audit(self) -> Audit:
         """:meth:`verify` with details: problems, notes, and what ``gc`` would clean."""
+        background.barrier(self.root, callbacks=False)
         return audit_store(self)
 
     def journal(self) -> Journal:
@@ -1129,6 +1248,7 @@ class Store:
         12
         """
         problems = [] if problems is None else problems
+        background.barrier(self.root, callbacks=False)
         count = 0
         if not self.root.is_dir():
             return 0
@@ -1173,6 +1293,7 @@ class Store:
         >>> print(Store("s").gc(keep_last=3).summary())  # doctest: +SKIP
         removed 4 checkpoint(s) of 'train', kept 3 ...
         """
+        background.barrier(self.root, callbacks=False)
         return retention.collect(
             self, keep_last=keep_last, max_size=max_size, grace=grace, timeout=timeout
         )

@@ -1,0 +1,380 @@
+"""The background writer: snapshots made durable off the cell's critical path.
+
+A ``%%checkpoint`` cell returns once its save is a :class:`Snapshot` that owns
+its bytes; one writer thread per process then commits the snapshots in the
+order they were submitted (so a checkpoint that links to an earlier one's blobs
+is published after them).  What is guaranteed:
+
+* **Never half a checkpoint.**  The commit is :meth:`Store.save`'s protocol:
+  blobs durable first, the manifest published last with ``os.link``.  A crash
+  before the end loses that checkpoint (and leaves unreferenced blobs or temp
+  files that ``gc`` removes), never an older one.
+* **Group commit.**  Snapshots queued together are committed together: every
+  blob of the batch is written and fsynced, each blob folder is fsynced once,
+  then every manifest is written and fsynced and each manifest folder is fsynced
+  once.  No manifest is published before every blob of the batch is durable, so
+  the order "blobs, then the manifest that names them" still holds.
+* **Read your own writes.**  :func:`barrier` waits for the pending saves of a
+  store (or of one key); the store calls it before it lists or finds
+  checkpoints, so a run of a key that is still saving restores what the save
+  holds, and ``list``, ``restore`` and ``verify`` see every checkpoint.
+* **Shutdown flushes.**  An ``atexit`` handler (and :func:`flush`, called by
+  ``%checkpoint wait`` and by the kernel's shutdown hook) waits for everything.
+* **A memory budget.**  Snapshots waiting to be written hold copies of their
+  arrays; :func:`budget` bytes at most (default a quarter of RAM, or
+  ``$IPY_RESUME_SNAPSHOT_BUDGET``, e.g. ``2G``; ``0`` turns background saving
+  off).  A save that does not fit is committed synchronously, as before.
+
+What happens when a commit ends (durable or failed) is reported twice: the
+job's ``notify`` callback runs on the writer thread as soon as it is known (the
+engine prints the "saved" line there), and its ``done`` callback runs on the
+thread that next calls :func:`drain` or :func:`barrier` (the engine records the
+timeline event there, in the kernel's main thread).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ipy_resume.store import fsio, lock
+from ipy_resume.store.snapshot import Snapshot
+
+__all__ = [
+    "Job",
+    "attach",
+    "barrier",
+    "budget",
+    "drain",
+    "enabled",
+    "flush",
+    "pending",
+    "submit",
+]
+
+SWITCH_ENV = "IPY_RESUME_BACKGROUND"
+"""``1`` (or ``on``) turns background saving on for ``%%checkpoint`` cells; off by default."""
+BUDGET_ENV = "IPY_RESUME_SNAPSHOT_BUDGET"
+"""Bytes of snapshots that may wait for the writer (``0``: every save is synchronous)."""
+_BATCH_MAX = 32  # snapshots committed together at most
+
+
+def enabled() -> bool:
+    """True when ``$IPY_RESUME_BACKGROUND`` asks for background saves (off by default).
+
+    Off by default for now: ``ipy-resume run`` promises that every completed cell is
+    restored after a crash, which needs each save durable before the next cell; and
+    an array's snapshot is a copy, where a save of a 1 GB array must not double the
+    kernel's memory.  Both need more than this module has yet.
+
+    >>> os.environ["IPY_RESUME_BACKGROUND"] = "1"; enabled()
+    True
+    """
+    return os.environ.get(SWITCH_ENV, "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def budget() -> int:
+    """Bytes that snapshots waiting for the writer may hold: ``$IPY_RESUME_SNAPSHOT_BUDGET``,
+    else a quarter of the machine's RAM.
+
+    >>> os.environ["IPY_RESUME_SNAPSHOT_BUDGET"] = "1G"; budget()
+    1073741824
+    """
+    text = os.environ.get(BUDGET_ENV, "").strip()
+    if text:
+        from ipy_resume.store.retention import parse_size
+
+        try:
+            return max(0, parse_size(text))
+        except ValueError:
+            pass  # a typo must not stop saves: the default applies
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 1 << 30
+
+
+@dataclass(eq=False)
+class Job:
+    """One snapshot on its way to the disk."""
+
+    snapshot: Snapshot
+    done: Callable[[Job], None] | None = None  # on the thread that drains
+    notify: Callable[[Job], None] | None = None  # on the writer thread, at once
+    submitted: float = field(default_factory=time.perf_counter)
+    finished: float | None = None
+    error: Exception | None = None
+    bytes_written: int = 0
+    event: threading.Event = field(default_factory=threading.Event)
+    reported: bool = False
+    root: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.snapshot.store.root).resolve()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.snapshot.manifest.cell_id, self.snapshot.manifest.key)
+
+    @property
+    def seconds(self) -> float:
+        """From submission to durable (or failed)."""
+        return (self.finished or time.perf_counter()) - self.submitted
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self.jobs: list[Job] = []  # submitted, not yet drained (in order)
+        self.held = 0  # bytes of the snapshots not yet written
+        self.mutex = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.local = threading.local()
+
+    def start(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._main, name="ipy_resume-writer", daemon=True)
+            self.thread.start()
+
+    def _main(self) -> None:
+        while True:
+            batch = [self.queue.get()]
+            while len(batch) < _BATCH_MAX:
+                try:
+                    batch.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            by_root: dict[Path, list[Job]] = {}
+            for job in batch:
+                by_root.setdefault(job.root, []).append(job)
+            for jobs in by_root.values():
+                try:
+                    _commit(jobs)
+                except BaseException as exc:  # a bug of ours must not kill the writer
+                    for job in jobs:
+                        if not job.event.is_set():
+                            job.error = exc if isinstance(exc, Exception) else RuntimeError(exc)
+                            _finish(job)
+
+
+_writer = _Writer()
+_atexit_registered = False
+
+
+def _finish(job: Job) -> None:
+    with _writer.mutex:
+        job.finished = time.perf_counter()
+        _writer.held -= job.snapshot.size
+        notify = job.notify
+    if notify is not None:
+        with contextlib.suppress(Exception):  # a closed stream must not stop the writer
+            notify(job)
+    job.snapshot.writer.deferred = []  # the copies are not needed any more
+    job.event.set()
+
+
+def attach(
+    job: Job, done: Callable[[Job], None] | None, notify: Callable[[Job], None] | None
+) -> None:
+    """Set *job*'s callbacks after :func:`submit`; *notify* runs at once if it has finished.
+
+    >>> attach(job, done=record_event, notify=print_line)  # doctest: +SKIP
+    """
+    with _writer.mutex:
+        job.done, job.notify = done, notify
+        finished = job.finished is not None
+    if finished and notify is not None:
+        with contextlib.suppress(Exception):
+            notify(job)
+
+
+def _commit(jobs: list[Job]) -> None:
+    """Commit *jobs* of one store as one group (see the module docstring)."""
+    store = jobs[0].snapshot.store
+    live: list[Job] = []
+    try:
+        with lock.hold(
+            store.root, exclusive=False, timeout=store.lock_timeout, purpose="save"
+        ) as locked:
+            blob_dirs: set[Path] = set()
+            for job in jobs:
+                try:
+                    job.snapshot.write_blobs(locked, blob_dirs)
+                    live.append(job)
+                except Exception as exc:
+                    job.error = job.snapshot.error(exc)
+                    _finish(job)
+            try:
+                for folder in sorted(blob_dirs):
+                    fsio.fsync_dir(folder)
+            except OSError as exc:
+                for job in live:
+                    job.error = job.snapshot.error(exc)
+                    _finish(job)
+                return
+            manifest_dirs: set[Path] = set()
+            published: list[Job] = []
+            for job in live:
+                try:
+                    job.snapshot.publish(manifest_dirs, background=True)
+                    published.append(job)
+                except Exception as exc:
+                    job.error = job.snapshot.error(exc)
+                    _finish(job)
+            try:
+                for folder in sorted(manifest_dirs):
+                    fsio.fsync_dir(folder)
+            except OSError as exc:
+                # published but not known durable: take them back, so "nothing was
+                # committed" in the message stays true
+                for job in published:
+                    job.snapshot.withdraw()
+                    job.error = job.snapshot.error(exc)
+                    _finish(job)
+                return
+            for job in published:
+                job.bytes_written = job.snapshot.writer.bytes_written + job.snapshot.manifest_bytes
+                _finish(job)
+    except Exception as exc:  # the lock could not be taken
+        for job in jobs:
+            if not job.event.is_set():
+                job.error = job.snapshot.error(exc)
+                _finish(job)
+
+
+def submit(
+    snapshot: Snapshot,
+    done: Callable[[Job], None] | None = None,
+    notify: Callable[[Job], None] | None = None,
+) -> Job | None:
+    """Queue *snapshot* for the writer, or return None when it does not fit the budget.
+
+    The snapshot is made to own its bytes first (:meth:`Snapshot.own`); from then on
+    the caller may let the kernel change the values.
+
+    >>> job = submit(store.snapshot("c", key, values))  # doctest: +SKIP
+    >>> job.event.wait(); job.error is None  # doctest: +SKIP
+    True
+    """
+    global _atexit_registered
+    if snapshot.suspect is not None:
+        return None  # a healing save checks blobs it reuses: done synchronously
+    size = snapshot.size
+    limit = budget()
+    with _writer.mutex:
+        if limit <= 0 or _writer.held + size > limit:
+            return None
+        _writer.held += size
+    try:
+        snapshot.own()
+    except BaseException:
+        with _writer.mutex:
+            _writer.held -= size
+        raise
+    job = Job(snapshot, done, notify)
+    with _writer.mutex:
+        _writer.jobs.append(job)
+    if not _atexit_registered:
+        atexit.register(flush)
+        _atexit_registered = True
+    _writer.start()
+    _writer.queue.put(job)
+    return job
+
+
+def pending(root: str | os.PathLike[str] | None = None) -> list[Job]:
+    """Jobs submitted and not yet drained (of the store at *root*, or all), oldest first."""
+    with _writer.mutex:
+        jobs = list(_writer.jobs)
+    if root is None or not jobs:
+        return jobs
+    where = Path(root).resolve()
+    return [job for job in jobs if job.root == where]
+
+
+def _in_writer() -> bool:
+    return _writer.thread is not None and threading.current_thread() is _writer.thread
+
+
+def drain(root: str | os.PathLike[str] | None = None) -> None:
+    """Run the ``done`` callbacks of finished jobs (of *root*, or all), in submission order.
+
+    Never blocks on the writer.  Callbacks run once, on the calling thread.
+    """
+    if _in_writer() or getattr(_writer.local, "draining", False):
+        return
+    _writer.local.draining = True
+    try:
+        for job in pending(root):
+            if not job.event.is_set():
+                break  # in order: later jobs wait for this one
+            with _writer.mutex:
+                if job.reported:
+                    continue
+                job.reported = True
+                with contextlib.suppress(ValueError):
+                    _writer.jobs.remove(job)
+            if job.done is not None:
+                job.done(job)
+    finally:
+        _writer.local.draining = False
+
+
+def barrier(
+    root: str | os.PathLike[str],
+    key: tuple[str, str] | None = None,
+    cell_id: str | None = None,
+    timeout: float | None = None,
+    callbacks: bool = True,
+) -> bool:
+    """Wait until the pending saves of the store at *root* are durable (or failed).
+
+    With *key* = ``(cell_id, key)`` (or *cell_id* alone), only the saves of that key
+    (of that cell), and those submitted before them, are waited for.  Then, with
+    *callbacks*, the finished jobs' ``done`` callbacks run (the store's own reads pass
+    False: they may run inside the timeline's lock, which a callback takes).  Returns
+    False on timeout.  A no-op on the writer thread and inside a ``done`` callback.
+
+    >>> barrier(store.root, ("train", key))  # doctest: +SKIP
+    True
+    """
+    if not _writer.jobs or _in_writer() or getattr(_writer.local, "draining", False):
+        return True  # (the first test: a store with nothing pending pays nothing)
+    where = Path(root).resolve()
+    jobs = pending(where)
+    if key is not None:
+        jobs = [j for j in jobs if j.key == key]
+    elif cell_id is not None:
+        jobs = [j for j in jobs if j.key[0] == cell_id]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ok = True
+    for job in jobs:  # the writer is FIFO: waiting for the last waits for all before it
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not job.event.wait(left):
+            ok = False
+            break
+    if callbacks:
+        drain(where)
+    return ok
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Wait until every pending save of this process is durable; run their callbacks.
+
+    Called by ``%checkpoint wait``, by the kernel's shutdown hook and at exit.
+
+    >>> flush()
+    True
+    """
+    roots = {job.root for job in pending()}
+    ok = True
+    for root in sorted(roots):
+        ok = barrier(root, timeout=timeout) and ok
+    return ok
