@@ -46,6 +46,10 @@ def load_ipython_extension(ipython: Any) -> None:
         from .ipython_settings import register as register_settings
 
         register_settings(ipython)
+        from .store import background
+
+        # Timeline events of saves the background writer finished during the cell.
+        ipython.events.register("post_run_cell", lambda *_: background.drain())
     # The side panel's channel; a no-op outside a kernel, idempotent inside one.
     from .comm import register
 

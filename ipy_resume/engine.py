@@ -10,6 +10,7 @@ an IPython one, tests and the CLI a plain one.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import os
 import sqlite3
@@ -27,11 +28,14 @@ from .analysis import AnalysisError, CellAnalysis, analyze
 from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
 from .sharing import fingerprints_of, shared_objects
-from .store import SaveError, Store, StoreError
+from .store import SaveError, Store, StoreError, background
 from .store.journal import Event
 from .units import format_size
 
 FORMAT_VERSION = "1"
+SAVING_LINE_MIN = 32 << 20
+"""A background save this large says "saving" when the cell returns, and "saved" once it is
+durable; a smaller one is written within moments and says "saved" once, when durable."""
 ABSENT = "absent"
 PREFIX = "ipy_resume: "
 
@@ -190,6 +194,9 @@ class Engine:
         self.last_event: str | None = None  # parent of the next event
         self.listeners: list[Callable[[Event], None]] = []
         self._journal_warned = False
+        # saves are written by the background writer (store/background.py) when this is
+        # True, or None and $IPY_RESUME_BACKGROUND is on, and the snapshot budget allows
+        self.background: bool | None = None
         _engines[Path(store.root).resolve()] = self
 
     def record(
@@ -204,7 +211,11 @@ class Engine:
         A journal failure costs the timeline one row, never the user's cell.
         """
         self.last_outcome = outcome
-        event = Event(
+        event = self._event(outcome, cell_id, parent)
+        return self._append(event, host)
+
+    def _event(self, outcome: Outcome, cell_id: str, parent: str | None = None) -> Event:
+        return Event(
             cell_id=cell_id,
             session=self.session,
             outcome=outcome.status,
@@ -218,6 +229,8 @@ class Engine:
             names=list(outcome.names),
             detail=outcome.detail,
         )
+
+    def _append(self, event: Event, host: Host | None, advance: bool = True) -> Event | None:
         try:
             self.journal.append(event)
         except (OSError, sqlite3.Error) as exc:
@@ -227,12 +240,82 @@ class Engine:
                 )
             self._journal_warned = True
             return None
-        self.last_event = event.event_id
+        if advance:  # (a background save's event was made the parent when it was made)
+            self.last_event = event.event_id
         for listener in list(self.listeners):
             # A frontend going away must not fail the cell.
             with contextlib.suppress(Exception):
                 listener(event)
         return event
+
+    def _later(
+        self,
+        job: background.Job,
+        outcome: Outcome,
+        opts: CheckpointOptions,
+        host: Host,
+        short: str,
+        names: list[str],
+        to_write: int,
+    ) -> None:
+        """Finish a save the background writer commits: say when it is durable, record it.
+
+        The timeline event is made now, so the next cell's event is its child, and
+        appended once the checkpoint is durable (or as "failed" when the commit fails).
+        """
+        self.last_outcome = outcome
+        event = self._event(outcome, opts.cell_id)
+        self.last_event = event.event_id
+        write = _stderr_writer()
+        listed = ", ".join(names) or "no names"
+
+        told: list[bool] = []
+
+        def notify(job: background.Job) -> None:  # on the writer thread, at once
+            if job.error is not None:
+                write(PREFIX + _save_failure(opts, job.error, listed))
+                told.append(True)
+            elif opts.quiet or outcome.status != "executed":
+                pass
+            elif to_write >= SAVING_LINE_MIN:  # the second line, after "saving checkpoint"
+                write(
+                    f"{PREFIX}saved checkpoint {short} of {opts.shown} "
+                    f"({format_size(job.bytes_written)} written in {_seconds(job.seconds)})"
+                )
+            else:  # written within moments: the usual single line, once it is durable
+                write(
+                    f"{PREFIX}executed {opts.shown} in {_seconds(outcome.duration)}; saved "
+                    f"checkpoint {short} ({format_size(job.bytes_written)} written in "
+                    f"{_seconds(job.seconds)})"
+                )
+
+        def done(job: background.Job) -> None:  # on the main thread, when next drained
+            event.io = job.seconds
+            if job.error is None:
+                event.bytes = outcome.bytes = job.bytes_written
+                outcome.io = job.seconds
+            else:
+                shared_objects(self.store.root).forget(outcome.checkpoint_id or "")
+                event.outcome = outcome.status = "failed"
+                event.checkpoint_id = outcome.checkpoint_id = None
+                event.detail = outcome.detail = str(job.error)
+                event.bytes = outcome.bytes = 0
+                if not told:  # the line above could not be shown: say it here
+                    host.message(
+                        f"{PREFIX}the checkpoint of {opts.shown} ({short}) was not saved: "
+                        f"{job.error} It will execute again next time."
+                    )
+            self._append(event, host, advance=False)
+
+        background.attach(job, done, notify)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every save of this engine's store is durable (``%checkpoint wait``).
+
+        >>> engine.flush()  # doctest: +SKIP
+        True
+        """
+        return background.barrier(self.store.root, timeout=timeout)
 
     # ---- planning -------------------------------------------------------------------------
 
@@ -294,6 +377,7 @@ class Engine:
         Returns the cell's result value (None when it has none).
         """
         __tracebackhide__ = True
+        background.drain(self.store.root)  # timeline events of saves finished meanwhile
         try:
             plan = self.plan(namespace, source, opts)
         except (StoreError, OSError) as exc:
@@ -506,31 +590,40 @@ class Engine:
         save_started = time.perf_counter()
         shared = shared_objects(self.store.root)
         shared.forget_checks()
+        job: background.Job | None = None
+        to_write = 0
         try:
-            saved = self.store.save(
-                opts.cell_id,
-                plan.key,
-                values,
-                extras=extras,
-                info=info,
-                complete=not missing_files,
-                linker=shared,
-            )
+            use = background.enabled() if self.background is None else self.background
+            if use and not self.store.healing(opts.cell_id, plan.key):
+                snap = self.store.snapshot(
+                    opts.cell_id,
+                    plan.key,
+                    values,
+                    extras=extras,
+                    info=info,
+                    complete=not missing_files,
+                    linker=shared,
+                )
+                to_write = snap.size
+                job = background.submit(snap)
+                if job is None:  # over the snapshot budget: written now, after earlier ones
+                    background.barrier(self.store.root)
+                    saved = snap.commit()
+                else:
+                    saved = snap.result()
+            else:
+                saved = self.store.save(
+                    opts.cell_id,
+                    plan.key,
+                    values,
+                    extras=extras,
+                    info=info,
+                    complete=not missing_files,
+                    linker=shared,
+                )
         except Exception as exc:  # SaveError is a StoreError; anything else is a bug of ours
             listed = ", ".join(sorted(values)) or "no names"
-            if isinstance(exc, SaveError):
-                text = f"{exc} Kept in the kernel: {listed}."
-            elif not isinstance(exc, (StoreError, OSError)):
-                text = (
-                    f"could not save checkpoint {opts.shown} ({type(exc).__name__}: {exc}). "
-                    f"Your results are still in the kernel ({listed}); nothing was saved."
-                )
-            else:
-                text = (
-                    f"could not save checkpoint {opts.shown}: {exc}. "
-                    f"Your results are still in the kernel ({listed}); nothing was saved."
-                )
-            host.message(PREFIX + text)
+            host.message(PREFIX + _save_failure(opts, exc, listed))
             outcome = Outcome(
                 "failed", None, sorted(values), key=plan.key, duration=duration, detail=str(exc)
             )
@@ -550,12 +643,18 @@ class Engine:
             status = "incomplete"
         else:
             status = "executed"
-            if not opts.quiet:
+        short = self.store.short_id(saved.manifest.id)
+        if status == "executed" and not opts.quiet:
+            if job is None:
                 host.message(
                     f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saved checkpoint "
-                    f"{self.store.short_id(saved.manifest.id)} "
-                    f"({format_size(saved.bytes_written)} written in "
+                    f"{short} ({format_size(saved.bytes_written)} written in "
                     f"{_seconds(time.perf_counter() - save_started)})"
+                )
+            elif to_write >= SAVING_LINE_MIN:
+                host.message(
+                    f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saving checkpoint "
+                    f"{short} ({format_size(to_write)} to write)"
                 )
         outcome = Outcome(
             status,
@@ -568,7 +667,10 @@ class Engine:
             bytes=saved.bytes_written,
             detail="; ".join(f"{n}: {r}" for n, r in sorted(failed.items())),
         )
-        self.record(outcome, opts.cell_id, host)
+        if job is None:
+            self.record(outcome, opts.cell_id, host)
+        else:
+            self._later(job, outcome, opts, host, short, sorted(values), to_write)
         # Shown from the recorded data, so a later restore shows exactly this (a repr may
         # count, like scikit-learn's HTML ids, or hold a memory address).
         if (
@@ -708,6 +810,36 @@ def summarize(value: Any) -> dict[str, Any]:
     elif isinstance(value, (list, tuple, dict, set, frozenset, str, bytes)):
         summary["len"] = len(value)
     return summary
+
+
+def _save_failure(opts: CheckpointOptions, exc: BaseException, listed: str) -> str:
+    """The line that says a save failed and that the values are still in the kernel."""
+    if isinstance(exc, SaveError):
+        return f"{exc} Kept in the kernel: {listed}."
+    if not isinstance(exc, (StoreError, OSError)):
+        return (
+            f"could not save checkpoint {opts.shown} ({type(exc).__name__}: {exc}). "
+            f"Your results are still in the kernel ({listed}); nothing was saved."
+        )
+    return (
+        f"could not save checkpoint {opts.shown}: {exc}. "
+        f"Your results are still in the kernel ({listed}); nothing was saved."
+    )
+
+
+def _stderr_writer() -> Callable[[str], None]:
+    """A function printing a line where this cell's stderr goes, callable from any thread.
+
+    The context is captured too: in a Jupyter kernel it carries the cell's message
+    header, so a line printed later by the writer thread lands under this cell.
+    """
+    stream = sys.stderr
+    context = contextvars.copy_context()
+
+    def write(text: str) -> None:
+        context.copy().run(print, text, file=stream, flush=True)
+
+    return write
 
 
 def _show(host: Host, value: Any, shown: tuple[dict[str, Any], dict[str, Any]]) -> bool:

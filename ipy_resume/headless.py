@@ -15,6 +15,7 @@ repeats), which survives cells inserted above it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -307,7 +308,23 @@ def run_notebook(
             if entry.outcome in ("timeout", "dead", "error"):
                 report.stopped = entry
                 break
+        # (not after a timeout: the cell may still be running, and must not finish now)
+        if report.stopped is None or report.stopped.outcome == "error":
+            _wait_for_saves(client)
     return report
+
+
+def _wait_for_saves(client: Any) -> None:
+    """Make the kernel's background saves durable before it is shut down.
+
+    A shutdown gives the kernel a few seconds to exit; a large save still being
+    written then would be lost (whole, never half) and its cell executed next time.
+    """
+    code = "get_ipython().run_line_magic('checkpoint', 'wait')"
+    with contextlib.suppress(Exception):  # the kernel went away: nothing to wait for
+        run_sync(client.kc.execute_interactive)(
+            code, silent=True, store_history=False, timeout=None, output_hook=lambda msg: None
+        )
 
 
 def _error_line(exc: CellExecutionError) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,11 +24,11 @@ from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
-from .store import Store, StoreError, retention
+from .store import Store, StoreError, background, retention
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
-    "gc [--keep-last N] [--max-size SIZE] | auto [on [--min-seconds S]|off]   "
+    "gc [--keep-last N] [--max-size SIZE] | auto [on [--min-seconds S]|off] | wait   "
     "(TARGET = checkpoint id, unique id prefix, or CELL_ID)"
 )
 
@@ -223,7 +224,8 @@ class CheckpointMagics(Magics):
         ``%checkpoint stats`` (hit rate, latencies, time saved) and
         ``%checkpoint gc [--keep-last N] [--max-size SIZE]`` (retention) and
         ``%checkpoint auto on [--min-seconds S]`` / ``off`` (checkpoint every cell that
-        runs at least S seconds, without editing it). TARGET is a
+        runs at least S seconds, without editing it) and ``%checkpoint wait`` (block until
+        every checkpoint saved in the background is durable). TARGET is a
         checkpoint id, a unique prefix of one, or a CELL_ID (its latest checkpoint).
         After a crash, ``%resume`` restores the latest state of the store.
 
@@ -306,6 +308,10 @@ class CheckpointMagics(Magics):
                 print(timeline.stats_text(timeline.stats(store.root, store)))
             elif command == "auto":
                 self._auto(rest)
+            elif command == "wait":
+                if rest:
+                    raise UsageError("usage: %checkpoint wait")
+                self._wait()
             elif command == "gc":
                 try:
                     keep_last, max_size = retention.parse_gc_words(rest)
@@ -318,6 +324,18 @@ class CheckpointMagics(Magics):
             raise UsageError(str(exc)) from None
         except StoreError as exc:
             raise UsageError(f"%checkpoint {command}: {exc}") from None
+
+    def _wait(self) -> None:
+        pending = len(background.pending())
+        started = time.perf_counter()
+        background.flush()
+        if pending:
+            print(
+                f"ipy_resume: {pending} pending save(s) are durable now "
+                f"(waited {time.perf_counter() - started:.2f} s)"
+            )
+        else:
+            print("ipy_resume: every checkpoint is durable; nothing was pending")
 
     def _auto(self, words: list[str]) -> None:
         if not words:
@@ -348,6 +366,7 @@ class CheckpointMagics(Magics):
         """Restore the kernel to *target* and add the restore to the timeline."""
         assert self.shell is not None
         engine = self.engine()
+        background.flush()  # the state to restore includes the saves still being written
         how = "%resume" if resumed else "restore"
         report = timeline.restore(
             self.shell.user_ns, engine.store.root, target, engine.store, how=how
