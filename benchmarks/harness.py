@@ -181,7 +181,8 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 @dataclass
 class Probe:
-    """Times ipy_resume's phases: key (``Engine.plan``), ``Store.save``, loads, the timeline's
+    """Times ipy_resume's phases: key (``Engine.plan``), the save (``Store.save``, or a
+    snapshot plus its commit by the background writer), loads, the timeline's
     ``Journal.append`` and the store's fsyncs (``fsio._fsync``; SQLite's own are not seen)."""
 
     plan_s: float = 0.0
@@ -247,6 +248,39 @@ class Probe:
             finally:
                 probe.journal_s += time.perf_counter() - started
 
+        from ipy_resume.store import background, snapshot
+
+        snap, commit_group = store.Store.snapshot, background._commit
+
+        def timed_snapshot(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return snap(self, *args, **kwargs)
+            finally:
+                probe.save_s += time.perf_counter() - started
+
+        def timed_commit(jobs: Any) -> None:
+            # the background writer's share of a save (on its thread, after the cell)
+            started = time.perf_counter()
+            try:
+                commit_group(jobs)
+                probe.saved_bytes += sum(job.bytes_written for job in jobs)
+            finally:
+                probe.save_s += time.perf_counter() - started
+
+        def timed_sync_commit(self: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                result = sync_commit(self)
+                probe.saved_bytes += int(result.bytes_written)
+                return result
+            finally:
+                probe.save_s += time.perf_counter() - started
+
+        sync_commit = snapshot.Snapshot.commit
+        store.Store.snapshot = timed_snapshot  # type: ignore[method-assign]
+        background._commit = timed_commit
+        snapshot.Snapshot.commit = timed_sync_commit  # type: ignore[method-assign]
         if journal is not None and append is not None:
             journal.append = timed_append
         engine.Engine.plan = timed_plan  # type: ignore[method-assign]
@@ -265,6 +299,9 @@ def settle(prefault: int = 0) -> None:
     would pay for both. With *prefault*, also touch and free that many bytes of fresh
     memory, so whoever allocates next does not pay for the kernel reclaiming page cache.
     """
+    from ipy_resume.store import background
+
+    background.flush()  # saves still being written would disturb the next measurement
     os.sync()
     if prefault:
         import numpy as np

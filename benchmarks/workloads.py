@@ -122,9 +122,12 @@ def warm_up(ctx: Ctx, shell: Any) -> None:
 
 def measured(shell: Any, code: str, label: str) -> tuple[float, int]:
     """(seconds, bytes written by this process) of one cell, after flushing dirty pages."""
+    from ipy_resume.store import background
+
     settle()
     before = io_written()
     seconds = run(shell, code, label)
+    background.flush()  # (untimed) the bytes a background save writes after the cell count too
     return seconds, io_written() - before
 
 

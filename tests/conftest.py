@@ -12,6 +12,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
+from ipy_resume.store import background
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 
@@ -33,6 +35,9 @@ def shell(isolated: Path) -> Iterator[InteractiveShell]:
     InteractiveShell.clear_instance()
     sh = InteractiveShell.instance(config=config)
     sh.run_line_magic("load_ext", "ipy_resume")
+    # Saves are written in the background; these tests look at the store (files,
+    # stderr) right after each cell, so each cell ends once its save is durable.
+    sh.events.register("post_run_cell", lambda *_: background.flush())
     yield sh
     sh.history_manager.end_session()
     InteractiveShell.clear_instance()

@@ -69,12 +69,17 @@ def run_notebook(workdir: Path) -> dict[str, Any]:
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
+    from ipy_resume.store import background
+
     os.chdir(workdir)
     config = Config()
     config.HistoryManager.hist_file = ":memory:"
     config.InteractiveShell.colors = "nocolor"
     shell = InteractiveShell.instance(config=config)
     shell.run_line_magic("load_ext", "ipy_resume")
+    # Saves are written in the background; these tests look at the store (files,
+    # stderr) right after each cell, so each cell ends once its save is durable.
+    shell.events.register("post_run_cell", lambda *_: background.flush())
     shell.run_cell("import numpy as np")
     cells: dict[str, Any] = {}
     for p in PASSES:

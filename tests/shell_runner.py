@@ -19,6 +19,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
+from ipy_resume.store import background
+
 
 def main(path: str) -> None:
     job = json.loads(Path(path).read_text())
@@ -27,6 +29,9 @@ def main(path: str) -> None:
     config.InteractiveShell.colors = "nocolor"
     shell = InteractiveShell.instance(config=config)
     shell.run_line_magic("load_ext", "ipy_resume")
+    # Saves are written in the background; these tests look at the store (files,
+    # stderr) right after each cell, so each cell ends once its save is durable.
+    shell.events.register("post_run_cell", lambda *_: background.flush())
     cells: list[dict[str, Any]] = []
     for source in job["cells"]:
         out, err = io.StringIO(), io.StringIO()

@@ -42,6 +42,12 @@ def test_kill_fuzzer(tmp_path: Path) -> None:
     for op in ("write", "fsync", "replace", "link", "mkdir", "unlink"):
         for phase in ("before", "after"):
             assert points.get(f"{op} {phase}", 0) > 0, f"no kill {phase} {op}: {points}"
+    # the background writer: killed before, during and after each of its steps
+    assert counts["background_kills"] > 0 and counts["background_durable"] > 0
+    bg_points = counts["background_kill_points"]
+    for op in ("write", "fsync", "replace", "link"):
+        for phase in ("before", "after"):
+            assert bg_points.get(f"{op} {phase}", 0) > 0, f"no background kill {phase} {op}"
     assert counts["lost"] == 0
     assert counts["half_written_restored"] == 0
     assert counts["verify_problems"] == 0 and counts["verify_runs"] >= KILLS // 10
@@ -73,7 +79,9 @@ def test_kill_fuzzer(tmp_path: Path) -> None:
         "kill fuzzer",
         f"{counts['kills']} SIGKILLs ({counts['hook_kills']} at injected I/O points over "
         f"{len(points)} kinds of point, {counts['timer_kills']} at random instants); "
-        f"{counts['saves_committed']} committed saves checked, lost {counts['lost']}, "
+        f"{counts['saves_committed']} committed saves checked "
+        f"({counts['background_kills']} kills and {counts['background_durable']} saves through "
+        f"the background writer), lost {counts['lost']}, "
         f"half-written restored {counts['half_written_restored']}, verify problems "
         f"{counts['verify_problems']} in {counts['verify_runs']} runs; gc removed "
         f"{counts['leftover_temp_removed']} temp files and {counts['leftover_blobs_removed']} "

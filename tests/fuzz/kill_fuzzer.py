@@ -12,6 +12,15 @@ returns.  The child dies by a real SIGKILL, either
   of a ``gc`` in some rounds), or
 * from the harness, after a random delay.
 
+Every other round the child saves through the background writer instead
+(:mod:`ipy_resume.store.background`): it snapshots and queues each save, changes
+the values in place at once (as a kernel may once the cell has returned), and
+logs a checkpoint as committed only when the writer reports it durable.  The
+kills then land before, during and after each step of the writer (blob writes,
+the group's folder fsyncs, manifest publication, the manifests' folder fsyncs),
+and the same checks apply: nothing reported durable is lost, nothing half-written
+or changed after the snapshot is ever restored, older checkpoints stay intact.
+
 After each kill the harness (a different process, reading the store afresh)
 checks that every checkpoint whose ``save`` returned restores exactly, that
 every manifest present restores exactly the values of its own seed (nothing
@@ -38,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ipy_resume.store import Store, fsio
+from ipy_resume.store import Store, background, fsio
 
 KEY = bytes(range(32))
 SHARED = np.zeros(8_192)  # a 64 KB array every few saves reuse: the dedup path
@@ -108,29 +117,71 @@ def _install_hook(target: int, phase: str, log_fd: int) -> None:
         setattr(fsio, name, hooked)
 
 
+def _mutate(values: dict[str, Any]) -> None:
+    """What a kernel may do once the cell has returned: change the arrays in place."""
+    for arr in (values.get("array"), values.get("nested", {}).get("buffer")):
+        if isinstance(arr, np.ndarray):
+            arr[:] = 7
+
+
 def _child(
-    store: Store, seeds: list[int], log: Path, hook: tuple[int, str] | None, gc: bool
+    store: Store,
+    seeds: list[int],
+    log: Path,
+    hook: tuple[int, str] | None,
+    gc: bool,
+    bg: bool = False,
 ) -> None:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     if hook is not None:
         _install_hook(hook[0], hook[1], fd)
-    for seed in seeds:
-        cell, key = cell_of(seed)
-        saved = store.save(cell, key, values_for(seed), info={"fuzz_seed": seed})
-        os.write(fd, f"{saved.manifest.id} {seed}\n".encode())
+    if bg:
+        # The background writer: snapshots queued together (one group commit), each
+        # logged once the writer reports it durable; the values are changed in place
+        # as soon as the save is queued, which must not reach the store.
+        def durable(job: background.Job) -> None:
+            seed = job.snapshot.manifest.info["fuzz_seed"]
+            if job.error is None:
+                os.write(fd, f"{job.snapshot.id} {seed}\n".encode())
+            else:
+                os.write(fd, f"ERROR {job.error}\n".encode())
+
+        # All snapshots first, then queued back to back: the writer takes them as one
+        # group in (nearly) every run, so the N-th I/O operation is the same step each time.
+        made = []
+        for seed in seeds:
+            cell, key = cell_of(seed)
+            values = values_for(seed)
+            made.append((seed, values, store.snapshot(cell, key, values, info={"fuzz_seed": seed})))
+        for seed, values, snap in made:
+            job = background.submit(snap, notify=durable)
+            assert job is not None, "the snapshot budget refused a small save"
+            os.write(fd, f"QUEUED {snap.id} {seed}\n".encode())
+            _mutate(values)
+        background.flush()
+    else:
+        for seed in seeds:
+            cell, key = cell_of(seed)
+            saved = store.save(cell, key, values_for(seed), info={"fuzz_seed": seed})
+            os.write(fd, f"{saved.manifest.id} {seed}\n".encode())
     if gc:
         store.gc(grace=0)
         os.write(fd, b"GC done\n")
 
 
 def _fork_writer(
-    store: Store, seeds: list[int], log: Path, hook: tuple[int, str] | None, gc: bool
+    store: Store,
+    seeds: list[int],
+    log: Path,
+    hook: tuple[int, str] | None,
+    gc: bool,
+    bg: bool = False,
 ) -> int:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
         code = 0
         try:
-            _child(store, seeds, log, hook, gc)
+            _child(store, seeds, log, hook, gc, bg)
         except BaseException as exc:
             print(f"writer failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             code = 3
@@ -165,6 +216,10 @@ class Fuzzer:
             "writer_errors": 0,
             "leftover_temp_removed": 0,
             "leftover_blobs_removed": 0,
+            "background_kills": 0,
+            "background_kill_points": {},
+            "background_queued": 0,
+            "background_durable": 0,
             "failures": [],
         }
 
@@ -178,11 +233,16 @@ class Fuzzer:
         return out
 
     def run_child(
-        self, seeds: list[int], hook: tuple[int, str] | None, gc: bool, timer: float | None
+        self,
+        seeds: list[int],
+        hook: tuple[int, str] | None,
+        gc: bool,
+        timer: float | None,
+        bg: bool = False,
     ) -> tuple[bool, list[str]]:
         log = self.root.parent / "fuzz.log"
         log.write_bytes(b"")
-        pid = _fork_writer(self.store, seeds, log, hook, gc)
+        pid = _fork_writer(self.store, seeds, log, hook, gc, bg)
         if timer is not None:
             time.sleep(timer)
             with contextlib.suppress(ProcessLookupError):
@@ -194,7 +254,7 @@ class Fuzzer:
             self.fail(f"writer exited with {os.WEXITSTATUS(status)} (hook {hook})")
         return killed, log.read_text().splitlines()
 
-    def check(self, lines: list[str], full: bool) -> None:
+    def check(self, lines: list[str], full: bool, bg: bool = False) -> None:
         store = Store(self.root, key=KEY)  # fresh: nothing cached from before the kill
         committed = {}
         for line in lines:
@@ -202,9 +262,19 @@ class Fuzzer:
             if parts[0] == "KILL":
                 point = f"{parts[1].lstrip('_')} {parts[2]}"
                 self.counts["kill_points"][point] = self.counts["kill_points"].get(point, 0) + 1
+                if bg:
+                    points = self.counts["background_kill_points"]
+                    points[point] = points.get(point, 0) + 1
+            elif parts[0] == "QUEUED":
+                self.counts["background_queued"] += 1
+            elif parts[0] == "ERROR":
+                self.counts["writer_errors"] += 1
+                self.fail(f"background save failed: {line}")
             elif len(parts) == 2 and parts[0] != "GC":
                 committed[parts[0]] = int(parts[1])
         self.counts["saves_committed"] += len(committed)
+        if bg:
+            self.counts["background_durable"] += len(committed)
         manifests = {m.id: m for m in store.manifests()}
         for ident, seed in committed.items():
             m = manifests.get(ident)
@@ -258,6 +328,7 @@ class Fuzzer:
         attempt = 0
         while self.counts["hook_kills"] < hook_budget:
             gc = cycle % 3 == 1
+            bg = cycle % 2 == 0  # every other cycle through the background writer
             target = 1
             while self.counts["hook_kills"] < hook_budget:
                 survived = True
@@ -269,12 +340,13 @@ class Fuzzer:
                     attempt += 1
                     first = 60 * attempt + 2 * cycle % 60
                     seeds = [first, first + 1]
-                    killed, lines = self.run_child(seeds, (target, phase), gc, None)
+                    killed, lines = self.run_child(seeds, (target, phase), gc, None, bg)
                     if killed:
                         survived = False
                         self.counts["hook_kills"] += 1
                         self.counts["kills"] += 1
-                    self.check(lines, full=self.counts["kills"] % 10 == 0)
+                        self.counts["background_kills"] += bg
+                    self.check(lines, full=self.counts["kills"] % 10 == 0, bg=bg)
                     if attempt % 30 == 0:
                         self.retain()
                 if survived:
@@ -283,13 +355,15 @@ class Fuzzer:
             cycle += 1
         # 2. random instants
         while self.counts["kills"] < kills:
+            bg = self.counts["timer_kills"] % 2 == 1
             killed, lines = self.run_child(
-                self.seeds(200), None, False, self.rng.uniform(0.0, 0.08)
+                self.seeds(200), None, False, self.rng.uniform(0.0, 0.08), bg
             )
             if killed:
                 self.counts["timer_kills"] += 1
                 self.counts["kills"] += 1
-            self.check(lines, full=self.counts["kills"] % 10 == 0)
+                self.counts["background_kills"] += bg
+            self.check(lines, full=self.counts["kills"] % 10 == 0, bg=bg)
             if self.counts["timer_kills"] % 25 == 0:
                 self.retain()
         self.check([], full=True)
