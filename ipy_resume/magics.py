@@ -22,7 +22,7 @@ from . import reports, timeline
 from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
-from .store import Store, StoreError, retention
+from .store import Store, StoreError, location, open_store, retention
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
@@ -159,14 +159,18 @@ class CheckpointMagics(Magics):
 
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
-        self._engines: dict[Path, Engine] = {}
+        self._engines: dict[str, Engine] = {}
 
-    def engine(self, store_dir: Path | None = None) -> Engine:
-        """The engine of *store_dir* (default store when None), created on first use."""
-        root = (store_dir or default_store_dir()).resolve()
-        if root not in self._engines:
-            self._engines[root] = Engine(Store(root))
-        return self._engines[root]
+    def engine(self, store_dir: Path | str | None = None) -> Engine:
+        """The engine of *store_dir* (default store when None), created on first use.
+
+        *store_dir* may be an object-store URL (``s3://bucket/prefix``).
+        """
+        root = location.resolve(store_dir or default_store_dir())
+        name = str(root)
+        if name not in self._engines:
+            self._engines[name] = Engine(open_store(root))
+        return self._engines[name]
 
     @magic_arguments()
     @argument("cell_id", metavar="CELL_ID", help="a stable name for this cell, e.g. train")
@@ -285,10 +289,10 @@ class CheckpointMagics(Magics):
                 found = store.audit()
                 lines = [*found.lines, *(f"note: {n}" for n in found.notes)]
                 if not found.problems:
-                    lines.append(f"store {store.root} is sound")
+                    lines.append(f"store {store.location} is sound")
                 print("\n".join(lines))
             elif command == "stats":
-                print(timeline.stats_text(timeline.stats(store.root, store)))
+                print(timeline.stats_text(timeline.stats(store.location, store)))
             elif command == "gc":
                 try:
                     keep_last, max_size = retention.parse_gc_words(rest)
@@ -308,7 +312,7 @@ class CheckpointMagics(Magics):
         engine = self.engine()
         how = "%resume" if resumed else "restore"
         report = timeline.restore(
-            self.shell.user_ns, engine.store.root, target, engine.store, how=how
+            self.shell.user_ns, engine.store.location, target, engine.store, how=how
         )
         print(f"ipy_resume: {report['message']}")
         return report
@@ -330,7 +334,7 @@ class CheckpointMagics(Magics):
             raise UsageError(
                 "%resume takes no arguments; use %checkpoint restore TARGET for others"
             )
-        root = self.engine().store.root
+        root = self.engine().store.location
         try:
             event = timeline.latest_session_event(root)
             if event is None:
