@@ -198,9 +198,10 @@ class FaultProxy:
                 if fault == "reset":
                     _reset(client)
                     break
+                expect = (_header(head, "expect") or "").lower() == "100-continue"
                 if fault in ("500", "503"):
-                    body = _read_body(reader, head)  # the client expects to send it all
-                    del body
+                    if not expect:  # the client sends its body before reading an answer
+                        _read_body(reader, head)
                     code, reason, s3code = (
                         ("500", "Internal Server Error", "InternalError")
                         if fault == "500"
@@ -217,7 +218,9 @@ class FaultProxy:
                     )
                     client.close()
                     break
-                upstream.sendall(head + _read_body(reader, head))
+                # the head first: with "Expect: 100-continue" the body follows the server's 100
+                upstream.sendall(head)
+                upstream.sendall(_read_body(reader, head))
         except OSError:
             pass
         finally:

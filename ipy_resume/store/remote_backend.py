@@ -199,16 +199,16 @@ class FsspecBackend(Backend):
         self.prefix = rest
         if protocol in ("s3", "s3a"):
             options.setdefault("use_listings_cache", False)
-            # Few, quick attempts per call: the retry loop here owns the backoff and the
+            # One attempt per call: the retry loop here owns the backoff and the
             # deadline, so a stopped server is waited for as long as RETRY_SECONDS says.
             options.setdefault(
                 "config_kwargs",
-                {"retries": {"max_attempts": 2, "mode": "standard"}, "connect_timeout": 5},
+                {"retries": {"max_attempts": 1, "mode": "standard"}, "connect_timeout": 5},
             )
             options.setdefault("skip_instance_cache", True)
         self.fs = fsspec.filesystem(protocol, **options)
         if hasattr(self.fs, "retries"):
-            self.fs.retries = 2  # s3fs's own retries of throttling; the backoff is ours
+            self.fs.retries = 1  # one attempt per call: the backoff and its count are ours
         self.retry_seconds = RETRY_SECONDS if retry_seconds is None else retry_seconds
         self.multipart = hasattr(self.fs, "call_s3")
         self.retries = 0  # transient failures retried (reliability figures)

@@ -291,7 +291,9 @@ def collect(
         # blobs: only with no save in flight (its lease), and against a fresh listing
         live = []
         for lease in backend.list("leases"):
-            if stale(backend, lease, grace, now):
+            # by its process (dead, on this host) or its age; never by --grace, which is
+            # about unreferenced blobs, not about saves still running
+            if stale(backend, lease, store.lease_stale, now):
                 backend.delete(lease.key)
             else:
                 live.append(lease.key)
@@ -315,7 +317,9 @@ def collect(
                 report.removed_blobs += 1
                 report.blob_bytes += obj.size
         if isinstance(backend, FsspecBackend):
-            report.removed_temp += backend.abort_stale_uploads(older_than=grace)
+            # With no live lease, every unfinished upload is a killed save's (a save that
+            # starts now waits for the marker): none can complete any more.
+            report.removed_temp += backend.abort_stale_uploads(older_than=grace if live else 0)
         for obj in backend.list("quarantine"):
             backend.delete(obj.key)
             report.removed_quarantine += 1
