@@ -124,7 +124,7 @@ def _target(data: dict[str, Any]) -> str:
 def handle_request(
     data: Any,
     namespace: MutableMapping[str, Any],
-    root: Path | None = None,
+    root: Path | str | None = None,
 ) -> dict[str, Any]:
     """Answer one request; never raises (errors come back as ``{"error": ...}``).
 
@@ -138,7 +138,7 @@ def handle_request(
     reply: dict[str, Any] = {"id": request_id, "request": request}
     try:
         api = _api()
-        store = Path(root) if root is not None else api.default_root()
+        store = root if root is not None else api.default_root()
         if request == "snapshot":
             result = api.snapshot(
                 store, after=_optional_int(data, "after"), limit=_optional_int(data, "limit")
@@ -227,7 +227,7 @@ def _refresh_widgets(state: _Channels) -> None:
             log.debug("ipy_resume: could not refresh a timeline widget", exc_info=True)
 
 
-def notify_changed(shell: Any = None, root: Path | None = None) -> int:
+def notify_changed(shell: Any = None, root: Path | str | None = None) -> int:
     """Push new timeline events to attached frontends; a no-op when none is attached.
 
     The engine calls it after each ``%%checkpoint`` run. It never raises: a
@@ -251,7 +251,7 @@ def notify_changed(shell: Any = None, root: Path | None = None) -> int:
     try:
         if state.comms:
             api = _api()
-            store = Path(root) if root is not None else api.default_root()
+            store = root if root is not None else api.default_root()
             snap = api.snapshot(store, after=state.last_seq, limit=_PUSH_LIMIT)
             _remember_seq(state, snap.get("last_seq"))
             message = _json_safe(

@@ -27,7 +27,7 @@ from .analysis import AnalysisError, CellAnalysis, analyze
 from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
 from .sharing import fingerprints_of, shared_objects
-from .store import SaveError, Store, StoreError
+from .store import SaveError, Store, StoreError, location
 from .store.journal import Event
 from .units import format_size
 
@@ -144,7 +144,7 @@ class ActiveCell:
 _active: ActiveCell | None = None
 # The engine of each store in this process, so a restore from the panel or the widget
 # lands on the same timeline branch as one typed in the notebook.
-_engines: dict[Path, Engine] = {}
+_engines: dict[str, Engine] = {}
 
 
 def engine_for(root: str | os.PathLike[str]) -> Engine | None:
@@ -153,7 +153,7 @@ def engine_for(root: str | os.PathLike[str]) -> Engine | None:
     >>> engine_for("/nonexistent") is None
     True
     """
-    return _engines.get(Path(root).resolve())
+    return _engines.get(location.key(root))
 
 
 def active_cell() -> ActiveCell | None:
@@ -165,13 +165,17 @@ def active_cell() -> ActiveCell | None:
     return _active
 
 
-def default_store_dir() -> Path:
+def default_store_dir() -> Path | str:
     """The store used when none is named: ``$IPY_RESUME_DIR`` or ``./.ipy_resume``.
 
-    >>> default_store_dir().name in (".ipy_resume", os.environ.get("IPY_RESUME_DIR", "")[-20:])
+    ``$IPY_RESUME_DIR`` may be an object-store URL (``s3://bucket/prefix``), returned as is.
+
+    >>> str(default_store_dir()).endswith((".ipy_resume", os.environ.get("IPY_RESUME_DIR", "")))
     True
     """
     env = os.environ.get("IPY_RESUME_DIR")
+    if env and location.is_url(env):
+        return env
     return Path(env) if env else Path.cwd() / ".ipy_resume"
 
 
@@ -190,7 +194,7 @@ class Engine:
         self.last_event: str | None = None  # parent of the next event
         self.listeners: list[Callable[[Event], None]] = []
         self._journal_warned = False
-        _engines[Path(store.root).resolve()] = self
+        _engines[location.key(store.location)] = self
 
     def record(
         self,
@@ -297,7 +301,7 @@ class Engine:
         try:
             plan = self.plan(namespace, source, opts)
         except (StoreError, OSError) as exc:
-            problem = f"the store {self.store.root} cannot be used ({exc})"
+            problem = f"the store {self.store.location} cannot be used ({exc})"
             plan = Plan(None, None, {}, {}, opts.seed, problem=problem)
         if plan.key is None:
             if plan.problem:
@@ -347,7 +351,7 @@ class Engine:
             loaded = restoring.load(self.store, manifest)
         except StoreError as exc:
             if manifest is not None:
-                shared_objects(self.store.root).forget(manifest.id)
+                shared_objects(self.store.location).forget(manifest.id)
             host.message(f"{PREFIX}{exc}")
             host.message(f"{PREFIX}{opts.shown} will be executed instead.")
             return None
@@ -434,7 +438,7 @@ class Engine:
         reads = (
             contextlib.nullcontext()
             if opts.no_file_deps
-            else file_deps.recording(ignore=[str(self.store.root)])
+            else file_deps.recording(ignore=[str(self.store.location)])
         )
         outer = _active
         try:
@@ -504,7 +508,7 @@ class Engine:
         if files_written:
             info["files_written"] = files_written
         save_started = time.perf_counter()
-        shared = shared_objects(self.store.root)
+        shared = shared_objects(self.store.location)
         shared.forget_checks()
         try:
             saved = self.store.save(
@@ -637,7 +641,7 @@ class Engine:
         except StoreError as exc:
             return f"'{cell_id}' executes: its history cannot be read ({exc})"
         if not history:
-            return f"'{cell_id}' executes: it has no earlier checkpoint in {self.store.root}"
+            return f"'{cell_id}' executes: it has no earlier checkpoint in {self.store.location}"
         best: list[str] | None = None
         for manifest in history:
             old = manifest.info.get("key_parts", {})

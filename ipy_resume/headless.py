@@ -33,6 +33,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from nbclient.util import run_sync
 
 from .analysis import first_line
+from .store import StoreError, location, open_store
 from .store.journal import Journal
 
 LOAD_EXTENSION = "--ext=ipy_resume"
@@ -188,11 +189,12 @@ class CheckpointingCells:
     def setup_checkpoints(
         self,
         ids: dict[int, str],
-        store: Path,
+        store: Path | str,
         on_outcome: Callable[[int, str, float, float], None] | None = None,
     ) -> None:
         self.ids = ids
-        self.journal = Journal(store)
+        # a bucket's timeline is read through its store (events merged from every kernel)
+        self.journal = Journal(store) if isinstance(store, Path) else open_store(store).journal()
         self.on_outcome = on_outcome
 
     async def async_execute_cell(  # type: ignore[no-untyped-def]
@@ -248,7 +250,7 @@ def default_kernel(nb: Any) -> str:
 def run_notebook(
     nb: Any,
     *,
-    store: Path,
+    store: Path | str,
     cwd: Path,
     kernel: str,
     cell_timeout: float | None,
@@ -377,7 +379,7 @@ def run_command(
     source: Path,
     output: Path | None,
     parameters: list[tuple[str, str]],
-    store: Path | None,
+    store: Path | str | None,
     cell_timeout: float | None,
     kernel: str | None,
 ) -> int:
@@ -396,7 +398,13 @@ def run_command(
         print(f"ipy-resume run: {exc}", file=sys.stderr)
         return 2
     cwd = source.resolve().parent
-    store_dir = (store or Path(os.environ.get("IPY_RESUME_DIR") or cwd / ".ipy_resume")).resolve()
+    try:
+        store_dir = location.resolve(
+            store or os.environ.get("IPY_RESUME_DIR") or cwd / ".ipy_resume"
+        )
+    except StoreError as exc:
+        print(f"ipy-resume run: {exc}", file=sys.stderr)
+        return 2
     output = output or source.with_name(f"{source.stem}.out.ipynb")
     ids = cell_ids(nb, trust_ids=file_has_cell_ids(source))
     kernel_name = kernel or default_kernel(nb)

@@ -23,7 +23,7 @@ from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
-from .store import Store, StoreError, retention
+from .store import Store, StoreError, location, open_store, retention
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
@@ -160,16 +160,20 @@ class CheckpointMagics(Magics):
 
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
-        self._engines: dict[Path, Engine] = {}
+        self._engines: dict[str, Engine] = {}
         self.auto = AutoMode(shell)
         self.last_engine: Engine | None = None  # the engine of the latest %%checkpoint cell
 
-    def engine(self, store_dir: Path | None = None) -> Engine:
-        """The engine of *store_dir* (default store when None), created on first use."""
-        root = (store_dir or default_store_dir()).resolve()
-        if root not in self._engines:
-            self._engines[root] = Engine(Store(root))
-        return self._engines[root]
+    def engine(self, store_dir: Path | str | None = None) -> Engine:
+        """The engine of *store_dir* (default store when None), created on first use.
+
+        *store_dir* may be an object-store URL (``s3://bucket/prefix``).
+        """
+        root = location.resolve(store_dir or default_store_dir())
+        name = str(root)
+        if name not in self._engines:
+            self._engines[name] = Engine(open_store(root))
+        return self._engines[name]
 
     @magic_arguments()
     @argument("cell_id", metavar="CELL_ID", help="a stable name for this cell, e.g. train")
@@ -300,10 +304,10 @@ class CheckpointMagics(Magics):
                 found = store.audit()
                 lines = [*found.lines, *(f"note: {n}" for n in found.notes)]
                 if not found.problems:
-                    lines.append(f"store {store.root} is sound")
+                    lines.append(f"store {store.location} is sound")
                 print("\n".join(lines))
             elif command == "stats":
-                print(timeline.stats_text(timeline.stats(store.root, store)))
+                print(timeline.stats_text(timeline.stats(store.location, store)))
             elif command == "auto":
                 self._auto(rest)
             elif command == "gc":
@@ -350,7 +354,7 @@ class CheckpointMagics(Magics):
         engine = self.engine()
         how = "%resume" if resumed else "restore"
         report = timeline.restore(
-            self.shell.user_ns, engine.store.root, target, engine.store, how=how
+            self.shell.user_ns, engine.store.location, target, engine.store, how=how
         )
         print(f"ipy_resume: {report['message']}")
         return report
@@ -372,7 +376,7 @@ class CheckpointMagics(Magics):
             raise UsageError(
                 "%resume takes no arguments; use %checkpoint restore TARGET for others"
             )
-        root = self.engine().store.root
+        root = self.engine().store.location
         try:
             event = timeline.latest_session_event(root)
             if event is None:

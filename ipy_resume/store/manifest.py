@@ -26,7 +26,7 @@ import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from ipy_resume.store import blobs, fsio, signing
@@ -323,7 +323,7 @@ class Manifest:
     bytes_written: int
     format: int = FORMAT_VERSION
     signature: str | None = None
-    path: Path | None = field(default=None, compare=False)
+    path: PurePath | None = field(default=None, compare=False)
     # Values of other checkpoints that this one's values share objects with, by
     # "<checkpoint id>/<name>" (see ipy_resume.sharing); absent from older manifests.
     links: dict[str, BlobRef] = field(default_factory=dict)
@@ -371,7 +371,7 @@ class Manifest:
         return doc
 
     @classmethod
-    def from_json(cls, doc: Any, path: Path | None = None) -> Manifest:
+    def from_json(cls, doc: Any, path: PurePath | None = None) -> Manifest:
         """Build from a verified document; raises ValueError when it is malformed."""
         if not isinstance(doc, dict):
             raise _Malformed("a manifest must be an object")
@@ -503,7 +503,7 @@ def _parse(data: bytes, rel: str) -> dict[str, Any]:
     return doc
 
 
-def _build(doc: dict[str, Any], path: Path | None, rel: str) -> Manifest:
+def _build(doc: dict[str, Any], path: PurePath | None, rel: str) -> Manifest:
     try:
         return Manifest.from_json(doc, path)
     except ValueError as exc:
@@ -515,7 +515,12 @@ def _build(doc: dict[str, Any], path: Path | None, rel: str) -> Manifest:
 
 
 def decode(
-    data: bytes, key: bytes, *, rel: str = "manifest", store: str = ".", path: Path | None = None
+    data: bytes,
+    key: bytes,
+    *,
+    rel: str = "manifest",
+    store: str = ".",
+    path: PurePath | None = None,
 ) -> Manifest:
     """Parse and verify a manifest's bytes.
 
