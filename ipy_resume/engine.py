@@ -17,7 +17,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -241,9 +241,16 @@ class Engine:
     # ---- planning -------------------------------------------------------------------------
 
     def plan(
-        self, namespace: MutableMapping[str, Any], source: str, opts: CheckpointOptions
+        self,
+        namespace: MutableMapping[str, Any],
+        source: str,
+        opts: CheckpointOptions,
+        known: Mapping[str, bytes] | None = None,
     ) -> Plan:
         """Analyse the cell and digest every part of its key.
+
+        *known* gives digests of inputs that are not in *namespace* yet (a Run All plan:
+        the outputs an earlier cell would restore, as its checkpoint recorded them).
 
         >>> plan = engine.plan({"x": 1}, "y = x + 1", CheckpointOptions("c"))  # doctest: +SKIP
         """
@@ -266,6 +273,10 @@ class Engine:
         fingerprinter = Fingerprinter()
         digests: dict[str, bytes] = {}
         for name in sorted(names):
+            if known is not None and name in known:
+                digests[name] = known[name]
+                parts[f"input:{name}"] = known[name].hex()
+                continue
             if name not in namespace:
                 parts[f"input:{name}"] = ABSENT
                 continue
@@ -335,18 +346,11 @@ class Engine:
         assert plan.key is not None
         started = time.perf_counter()
         manifest = None
-        stale: list[str] = []
-
-        def fresh(m: Any) -> bool:
-            reason = file_deps.changed(m.info.get("file_deps") or {})
-            if reason is not None and not stale:
-                stale.append(f"{reason} since checkpoint {m.id}")
-            return reason is None
-
+        fresh = file_deps.FreshFiles()
         try:
             manifest = self.store.find(opts.cell_id, plan.key, accept=fresh)
             if manifest is None:
-                plan.stale = stale[0] if stale else None
+                plan.stale = fresh.first
                 return None
             loaded = restoring.load(self.store, manifest)
         except StoreError as exc:
@@ -489,6 +493,7 @@ class Engine:
             },
             "names": {name: summarize(value) for name, value in values.items()},
             "fingerprints": fingerprints_of(values, after),
+            "output_digests": _digests_of(values, after),
             "mutated": sorted(mutated),
             "deleted": sorted(deleted),
             "duration": duration,
@@ -764,6 +769,20 @@ def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str,
         with contextlib.suppress(Unfingerprintable):
             digests[name] = fingerprinter.digest(namespace[name])
     return digests
+
+
+def _digests_of(values: Mapping[str, Any], known: Mapping[str, bytes]) -> dict[str, str]:
+    """Every stored value's fingerprint, as a later cell's key would take it: what a Run All
+    plan chains through when this checkpoint would be restored."""
+    fingerprinter = Fingerprinter()
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        if name in known:
+            out[name] = known[name].hex()
+            continue
+        with contextlib.suppress(Unfingerprintable):
+            out[name] = fingerprinter.digest(value).hex()
+    return out
 
 
 def _is_closed_file(value: Any) -> bool:

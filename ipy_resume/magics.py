@@ -6,6 +6,8 @@ module only knows how IPython runs code and shows output.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -19,15 +21,18 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from . import reports, timeline
+from .analysis import first_line
 from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
+from .planning import NotebookCell, plan_run_all
 from .store import Store, StoreError, location, open_store, retention
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
-    "gc [--keep-last N] [--max-size SIZE] | auto [on [--min-seconds S]|off]   "
+    "gc [--keep-last N] [--max-size SIZE] | auto [on [--min-seconds S]|off] | "
+    "plan [NOTEBOOK.ipynb]   "
     "(TARGET = checkpoint id, unique id prefix, or CELL_ID)"
 )
 
@@ -241,12 +246,30 @@ class CheckpointMagics(Magics):
         __tracebackhide__ = True
         if cell is None:
             return self._line(line)
+        opts = self._options(line)
+        assert self.shell is not None
+        source = self.shell.transform_cell(cell)
+        host = IPythonHost(self.shell, source)
+        try:
+            engine = self.engine()
+        except (StoreError, OSError) as exc:
+            host.message(
+                f"ipy_resume: cannot open the checkpoint store ({exc}); "
+                f"'{opts.cell_id}' runs without a checkpoint."
+            )
+            result = host.run()
+            return result.value if result.has_value else None
+        self.last_engine = engine
+        return engine.run(self.shell.user_ns, source, opts, host)
+
+    def _options(self, line: str) -> CheckpointOptions:
+        """The ``%%checkpoint`` line as options (UsageError when it is malformed)."""
         args = parse_argstring(self.checkpoint, line)
         if args.seed is not None and args.no_seed:
             raise UsageError("%%checkpoint: use either --seed N or --no-seed, not both")
         if not args.cell_id.strip():
             raise UsageError("%%checkpoint needs a CELL_ID, e.g. %%checkpoint train")
-        opts = CheckpointOptions(
+        return CheckpointOptions(
             cell_id=args.cell_id,
             force=args.force,
             inputs=_names(args.inputs, "--inputs"),
@@ -263,20 +286,6 @@ class CheckpointMagics(Magics):
             min_seconds=args.min_seconds,
             label=self.auto.labels.get(args.cell_id),
         )
-        assert self.shell is not None
-        source = self.shell.transform_cell(cell)
-        host = IPythonHost(self.shell, source)
-        try:
-            engine = self.engine()
-        except (StoreError, OSError) as exc:
-            host.message(
-                f"ipy_resume: cannot open the checkpoint store ({exc}); "
-                f"'{opts.cell_id}' runs without a checkpoint."
-            )
-            result = host.run()
-            return result.value if result.has_value else None
-        self.last_engine = engine
-        return engine.run(self.shell.user_ns, source, opts, host)
 
     def _line(self, line: str) -> None:
         try:
@@ -310,6 +319,10 @@ class CheckpointMagics(Magics):
                 print(timeline.stats_text(timeline.stats(store.location, store)))
             elif command == "auto":
                 self._auto(rest)
+            elif command == "plan":
+                if len(rest) > 1:
+                    raise UsageError("usage: %checkpoint plan [NOTEBOOK.ipynb]")
+                print(self._plan(rest[0] if rest else None))
             elif command == "gc":
                 try:
                     keep_last, max_size = retention.parse_gc_words(rest)
@@ -322,6 +335,39 @@ class CheckpointMagics(Magics):
             raise UsageError(str(exc)) from None
         except StoreError as exc:
             raise UsageError(f"%checkpoint {command}: {exc}") from None
+
+    def _plan(self, path: str | None) -> str:
+        """``%checkpoint plan``: what Run All would restore and execute, nothing run."""
+        assert self.shell is not None
+        notebook = path or os.environ.get("JPY_SESSION_NAME")
+        if not notebook:
+            raise UsageError(
+                "%checkpoint plan: name the notebook, e.g. %checkpoint plan analysis.ipynb "
+                "(this kernel does not know which notebook it serves)"
+            )
+        try:
+            raw = json.loads(Path(notebook).read_text(encoding="utf-8"))
+            sources = [
+                "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                for c in raw["cells"]
+                if c.get("cell_type") == "code"
+            ]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"%checkpoint plan: cannot read notebook {notebook} ({exc})") from None
+        cells: list[NotebookCell] = []
+        for position, source in enumerate(sources, start=1):
+            first, _, rest = source.partition("\n")
+            options = None
+            if first.startswith("%%checkpoint"):
+                try:
+                    options = self._options(first[len("%%checkpoint") :])
+                except UsageError as exc:
+                    raise UsageError(f"%checkpoint plan: code cell {position}: {exc}") from None
+                source = rest
+            body = self.shell.transform_cell(source)
+            cells.append(NotebookCell(position, body, options, first_line(source)))
+        engine = self.engine()
+        return plan_run_all(engine, self.shell.user_ns, cells).text(engine)
 
     def _auto(self, words: list[str]) -> None:
         if not words:
