@@ -304,6 +304,8 @@ def run_notebook(
             except CellExecutionError as exc:
                 entry.outcome, report.reason = "error", _error_line(exc)
             entry.seconds = entry.seconds or time.perf_counter() - started
+            if entry.outcome == "running":  # not sent under %%checkpoint: nothing to run
+                entry.outcome = "empty"
             if progress is not None:
                 progress(entry, True)
             if entry.outcome in ("timeout", "dead", "error"):
@@ -431,10 +433,13 @@ def run_command(
         progress.close()
     nbformat.write(nb, output)
     restored = sum(1 for c in report.cells if c.outcome == "restored")
+    empty = sum(1 for c in report.cells if c.outcome == "empty")
     saved = sum(c.saved for c in report.cells)
     summary = (
         f"{len(report.cells)} of {len(ids)} cells run: {restored} restored (saved "
-        f"{_seconds(saved)}), {len(report.cells) - restored} executed, in "
+        f"{_seconds(saved)}), {len(report.cells) - restored - empty} executed"
+        + (f", {empty} empty" if empty else "")
+        + ", in "
         f"{_seconds(time.perf_counter() - started)}; output written to {output}"
     )
     if report.stopped is not None:
