@@ -345,6 +345,9 @@ class CheckpointMagics(Magics):
                 "%checkpoint plan: name the notebook, e.g. %checkpoint plan analysis.ipynb "
                 "(this kernel does not know which notebook it serves)"
             )
+        if not path and not Path(notebook).exists():
+            # the server names it relative to its own root; the kernel runs in its folder
+            notebook = str(Path(notebook).name)
         try:
             raw = json.loads(Path(notebook).read_text(encoding="utf-8"))
             sources = [
