@@ -20,6 +20,7 @@ class CellOutput:
     displays: list[dict[str, Any]] = field(default_factory=list)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    comms: list[dict[str, Any]] = field(default_factory=list)  # comm_msg data sent meanwhile
 
 
 class Kernel:
@@ -80,6 +81,8 @@ class Kernel:
                 out.result = content["data"]
             elif kind == "error":
                 out.error = content
+            elif kind == "comm_msg":
+                out.comms.append(content["data"])
 
         session.msg = with_cell_id  # type: ignore[method-assign]
         try:
