@@ -22,7 +22,10 @@ that comm stays open) the routine status lines of ``%%checkpoint`` cells —
 restored, executed — are not written to stderr, and each run is pushed as
 ``{"event": "outcome", "cell": <the notebook cell id>, "outcome": ...}`` instead.
 The notebook cell id is the ``cellId`` JupyterLab puts in the metadata of every
-``execute_request``. Warnings and errors still go to the output area. ``plan``
+``execute_request``. The panel extension also adds ``"ipy_resume_badges": true``
+to that metadata, so an execution queued before the comm opens (Run All right
+after ``%load_ext``) writes no status line either; its outcome is kept and sent
+in the answer to ``badges``. Warnings and errors still go to the output area. ``plan``
 answers what Run All of the given code cells would restore and execute.
 
 This module is a thin adapter: the queries themselves live in ``timeline.py``.
@@ -60,6 +63,9 @@ class _Channels:
     widgets: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
     hooked: bool = False
     badges: list[Any] = field(default_factory=list)  # open comms whose frontend shows badges
+    # the latest outcome of each notebook cell run by a badge frontend, for a comm that
+    # announces badges later (Run All after a restart queues cells before the comm opens)
+    recent: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # Cells that can add timeline events: checkpoint runs, line commands, %resume.
@@ -318,8 +324,24 @@ def _badges(state: _Channels, comm: Any, data: dict[str, Any]) -> dict[str, Any]
         state.badges.append(comm)
     elif not on and comm in state.badges:
         state.badges.remove(comm)
-    reply["data"] = {"badges": on}
+    reply["data"] = {"badges": on, "outcomes": list(state.recent.values()) if on else []}
     return reply
+
+
+BADGES_FLAG = "ipy_resume_badges"
+_RECENT_LIMIT = 1000
+
+
+def _request_metadata(shell: Any) -> dict[str, Any]:
+    kernel = getattr(shell, "kernel", None)
+    try:
+        parent = kernel.get_parent("shell") if kernel is not None else None
+    except Exception:  # an older ipykernel: the shell keeps the parent
+        parent = None
+    if not isinstance(parent, dict):
+        parent = getattr(shell, "parent_header", None)
+    metadata = parent.get("metadata") if isinstance(parent, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
 
 
 def shows_badges(shell: Any) -> bool:
@@ -331,7 +353,9 @@ def shows_badges(shell: Any) -> bool:
     False
     """
     state = _channels(shell) if shell is not None else None
-    return bool(state is not None and state.badges)
+    if state is not None and state.badges:
+        return True
+    return shell is not None and _request_metadata(shell).get(BADGES_FLAG) is True
 
 
 def current_cell_id(shell: Any) -> str | None:
@@ -342,15 +366,7 @@ def current_cell_id(shell: Any) -> str | None:
     >>> current_cell_id(None) is None
     True
     """
-    kernel = getattr(shell, "kernel", None)
-    try:
-        parent = kernel.get_parent("shell") if kernel is not None else None
-    except Exception:  # an older ipykernel: the shell keeps the parent
-        parent = None
-    if not isinstance(parent, dict):
-        parent = getattr(shell, "parent_header", None)
-    metadata = parent.get("metadata") if isinstance(parent, dict) else None
-    cell = metadata.get("cellId") if isinstance(metadata, dict) else None
+    cell = _request_metadata(shell).get("cellId") if shell is not None else None
     return cell if isinstance(cell, str) and cell else None
 
 
@@ -384,11 +400,16 @@ def outcome_message(engine: Any, opts: Any, outcome: Any, cell: str | None) -> d
 def push_outcome(shell: Any, engine: Any, opts: Any, outcome: Any, cell: str | None) -> int:
     """Send one run's outcome to the frontends that draw badges; never raises."""
     state = _channels(shell)
-    if state is None or not state.badges:
+    if state is None or not shows_badges(shell):
         return 0
     sent = 0
     try:
         message = outcome_message(engine, opts, outcome, cell)
+        if cell is not None:
+            state.recent.pop(cell, None)
+            state.recent[cell] = message
+            while len(state.recent) > _RECENT_LIMIT:
+                state.recent.pop(next(iter(state.recent)))
         for comm in list(state.badges):
             sent += _send(comm, message, state.badges.remove)
     except Exception:

@@ -55,9 +55,15 @@ class Kernel:
         assert process is not None
         return int(process.pid)
 
-    def run(self, code: str, timeout: float = 300, cell_id: str | None = None) -> CellOutput:
+    def run(
+        self,
+        code: str,
+        timeout: float = 300,
+        cell_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CellOutput:
         """Execute *code* and collect everything the kernel sent back for it; *cell_id* is
-        sent as JupyterLab sends it, in the request's metadata."""
+        sent as JupyterLab sends it, in the request's metadata (with *metadata*)."""
         out = CellOutput(status="")
         session = self.client.session
         plain_msg = session.msg
@@ -66,6 +72,8 @@ class Kernel:
             msg: dict[str, Any] = plain_msg(msg_type, *args, **kwargs)
             if msg_type == "execute_request" and cell_id is not None:
                 msg["metadata"]["cellId"] = cell_id
+            if msg_type == "execute_request" and metadata:
+                msg["metadata"].update(metadata)
             return msg
 
         def hook(msg: dict[str, Any]) -> None:

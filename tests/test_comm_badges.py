@@ -31,7 +31,10 @@ def test_badges_replace_the_status_line(tmp_path: Path) -> None:
         _run(kernel, "%load_ext ipy_resume")
         probe = CommProbe(kernel)
         probe.open()
-        assert probe.request(id=1, request="badges", on=True)["data"] == {"badges": True}
+        assert probe.request(id=1, request="badges", on=True)["data"] == {
+            "badges": True,
+            "outcomes": [],
+        }
 
         out = _run(kernel, FIRST, cell="nb-cell-1")
         assert out.stdout == "first ran\n"
@@ -58,12 +61,28 @@ def test_badges_replace_the_status_line(tmp_path: Path) -> None:
         assert [o["outcome"] for o in _outcomes(out)] == ["incomplete"]
 
         # Badges off again: the plain status line is back.
-        assert probe.request(id=2, request="badges", on=False)["data"] == {"badges": False}
+        assert probe.request(id=2, request="badges", on=False)["data"]["badges"] is False
         out = _run(kernel, FIRST, cell="nb-cell-1")
         assert "ipy_resume: restored 'first'" in out.stderr and not _outcomes(out)
-        assert "'on' must be true or false" in probe.request(id=3, request="badges", on="yes")[
-            "error"
-        ]
+        assert (
+            "'on' must be true or false" in probe.request(id=3, request="badges", on="yes")["error"]
+        )
+
+
+def test_cells_queued_before_the_comm_opens(tmp_path: Path) -> None:
+    """Run All right after %load_ext: the cells are queued before the panel's comm opens."""
+    flag = {"ipy_resume_badges": True}
+    with Kernel(tmp_path, kernel_env(tmp_path)) as kernel:
+        _run(kernel, "%load_ext ipy_resume")
+        out = kernel.run(FIRST, cell_id="nb-cell-1", metadata=flag)
+        assert out.stdout == "first ran\n" and out.stderr == ""
+        out = kernel.run(LOCKED, cell_id="nb-cell-2", metadata=flag)
+        assert "checkpoint 'locked' is incomplete" in out.stderr  # warnings stay
+        probe = CommProbe(kernel)
+        probe.open()
+        answer = probe.request(id=1, request="badges", on=True)["data"]
+        kept = {o["cell"]: o["outcome"] for o in answer["outcomes"]}
+        assert kept == {"nb-cell-1": "executed", "nb-cell-2": "incomplete"}
 
 
 def test_no_badges_without_the_announcement(tmp_path: Path) -> None:
