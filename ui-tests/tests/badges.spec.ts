@@ -145,4 +145,44 @@ test('badges replace status lines; the saved notebook stays clean; Plan Run All'
   await expect(badge(page, 2)).toHaveAttribute('data-outcome', 'executed');
   await expect(badge(page, 2)).toHaveAttribute('title', /the cell's code changed/);
   expect(await page.notebook.getCellTextOutput(2)).toEqual(['total 20\n']);
+  // The README's tour: real and pending badges, the plan and the timeline.
+  await shot(page.locator('#main'), testInfo, 'tour.png', true);
+});
+
+test('badges in Notebook 7', async ({ page, browser, baseURL, tmpPath }, testInfo) => {
+  const source = (text: string) => ({ cell_type: 'code', metadata: {}, outputs: [], execution_count: null, source: text });
+  const notebook = {
+    nbformat: 4,
+    nbformat_minor: 5,
+    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3', language: 'python' } },
+    cells: [
+      source('%load_ext ipy_resume'),
+      source('%%checkpoint alpha\na = 1'),
+      source('%%checkpoint beta\nb = a + 1\nprint(b)')
+    ]
+  };
+  await page.contents.uploadContent(JSON.stringify(notebook), 'text', `${tmpPath}/nb7-badges.ipynb`);
+  const context = await browser.newContext({ viewport: { width: 1200, height: 700 } });
+  const nb7 = await context.newPage();
+  try {
+    await nb7.goto(`${baseURL}/notebooks/${tmpPath}/nb7-badges.ipynb`);
+    await expect(nb7.locator('.jp-Notebook .jp-Cell').first()).toBeVisible({ timeout: 60000 });
+    await expect(nb7.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')).toBeVisible({
+      timeout: 60000
+    });
+    await nb7.locator('.jp-Notebook .jp-Cell').first().click();
+    await nb7.locator('.lm-MenuBar-item', { hasText: /^Run$/ }).click();
+    await nb7.locator('.lm-Menu-itemLabel', { hasText: /^Run All Cells$/ }).click();
+    const cells = nb7.locator('.jp-Notebook .jp-Cell');
+    await expect(cells.nth(1).locator('.ipr-cell-badge')).toHaveAttribute('data-outcome', 'executed', {
+      timeout: 60000
+    });
+    await expect(cells.nth(2).locator('.ipr-cell-badge')).toHaveAttribute('data-outcome', 'executed');
+    // No status line: 'alpha' prints nothing, so its output area stays empty.
+    await expect(cells.nth(1).locator('.jp-OutputArea-output')).toHaveCount(0);
+    await expect(cells.nth(2).locator('.jp-OutputArea-output')).toHaveText(['2']);
+    await shot(nb7.locator('.jp-Notebook'), testInfo, 'badges-notebook7.png');
+  } finally {
+    await context.close();
+  }
 });
