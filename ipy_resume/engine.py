@@ -95,8 +95,29 @@ class Host(Protocol):
         ...
 
     def message(self, text: str) -> None:
-        """Show one status or warning line (stderr)."""
+        """Show one warning or error line (stderr): the user must always see it."""
         ...
+
+    # Optional: ``status(text)`` shows a routine status line (restored, executed, the
+    # reason for an execution). A host whose front end shows the outcome some other
+    # way (a badge on the cell) may drop it; without the method, ``message`` shows it.
+    # ``wants_reason`` (a bool attribute) asks for the reason of every execution, to
+    # show it without ``--explain``.
+
+
+def show_status(host: Host, text: str) -> None:
+    """Show a routine status line through *host*: its ``status`` when it has one.
+
+    >>> class H:
+    ...     def message(self, text): print("message:", text)
+    >>> show_status(H(), "restored")
+    message: restored
+    """
+    show = getattr(host, "status", None)
+    if callable(show):
+        show(text)
+    else:
+        host.message(text)
 
 
 @dataclass
@@ -126,6 +147,7 @@ class Outcome:
     io: float = 0.0  # save or load time
     bytes: int = 0
     detail: str = ""
+    reason: str = ""  # why the cell executed instead of restoring, in words
 
 
 @dataclass
@@ -322,7 +344,12 @@ class Engine:
             result = host.run()
             if plan.analysis is not None or plan.problem:
                 duration = time.perf_counter() - started
-                outcome = Outcome("uncached", duration=duration, detail=plan.problem or "")
+                outcome = Outcome(
+                    "uncached",
+                    duration=duration,
+                    detail=plan.problem or "",
+                    reason=plan.problem or "",
+                )
                 self.record(outcome, opts.cell_id, host)
             return result.value if result.has_value else None
 
@@ -330,11 +357,17 @@ class Engine:
             restored = self._try_restore(namespace, plan, opts, host)
             if restored is not None:
                 return restored[0]
-            if plan.stale and not opts.quiet:
-                host.message(f"{PREFIX}{opts.shown} executes: {plan.stale}")
-            elif opts.explain:
-                host.message(f"{PREFIX}{self.explain(opts.cell_id, plan)}")
-        return self._execute_and_save(namespace, plan, opts, host)
+            reason = ""
+            if plan.stale:
+                reason = f"{opts.shown} executes: {plan.stale}"
+                if not opts.quiet:
+                    show_status(host, PREFIX + reason)
+            elif opts.explain or getattr(host, "wants_reason", False):
+                reason = self.explain(opts.cell_id, plan)
+                if opts.explain:
+                    show_status(host, PREFIX + reason)
+            return self._execute_and_save(namespace, plan, opts, host, reason)
+        return self._execute_and_save(namespace, plan, opts, host, "--force was given")
 
     def _try_restore(
         self,
@@ -395,7 +428,8 @@ class Engine:
         elapsed = time.perf_counter() - started
         duration = float(manifest.info.get("duration", 0.0))
         if not opts.quiet:
-            host.message(
+            show_status(
+                host,
                 f"{PREFIX}restored {opts.shown} from checkpoint "
                 f"{self.store.short_id(manifest.id)} "
                 f"in {_seconds(elapsed)} (the run took {_seconds(duration)}, "
@@ -404,7 +438,7 @@ class Engine:
                     "; it was not executed (auto checkpoints)"
                     if opts.min_seconds is not None
                     else ""
-                )
+                ),
             )
         outcome = Outcome(
             "restored",
@@ -430,6 +464,7 @@ class Engine:
         plan: Plan,
         opts: CheckpointOptions,
         host: Host,
+        reason: str = "",
     ) -> Any:
         __tracebackhide__ = True
         assert plan.key is not None and plan.analysis is not None
@@ -541,7 +576,13 @@ class Engine:
                 )
             host.message(PREFIX + text)
             outcome = Outcome(
-                "failed", None, sorted(values), key=plan.key, duration=duration, detail=str(exc)
+                "failed",
+                None,
+                sorted(values),
+                key=plan.key,
+                duration=duration,
+                detail=str(exc),
+                reason=reason,
             )
             self.record(outcome, opts.cell_id, host)
             return result.value if result.has_value else None
@@ -560,11 +601,12 @@ class Engine:
         else:
             status = "executed"
             if not opts.quiet:
-                host.message(
+                show_status(
+                    host,
                     f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saved checkpoint "
                     f"{self.store.short_id(saved.manifest.id)} "
                     f"({format_size(saved.bytes_written)} written in "
-                    f"{_seconds(time.perf_counter() - save_started)})"
+                    f"{_seconds(time.perf_counter() - save_started)})",
                 )
         outcome = Outcome(
             status,
@@ -576,6 +618,7 @@ class Engine:
             io=time.perf_counter() - save_started,
             bytes=saved.bytes_written,
             detail="; ".join(f"{n}: {r}" for n, r in sorted(failed.items())),
+            reason=reason,
         )
         self.record(outcome, opts.cell_id, host)
         # Shown from the recorded data, so a later restore shows exactly this (a repr may

@@ -20,13 +20,13 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import reports, timeline
+from . import comm, reports, timeline
 from .analysis import first_line
 from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
-from .planning import NotebookCell, plan_run_all
+from .planning import NotebookCell, RunAllPlan, plan_run_all
 from .store import Store, StoreError, location, open_store, retention
 
 LINE_USAGE = (
@@ -89,6 +89,16 @@ class IPythonHost:
 
     def message(self, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
+
+    def status(self, text: str) -> None:
+        """A routine status line: left out when a front end shows it as a cell badge."""
+        if not comm.shows_badges(self.shell):
+            print(text, file=sys.stderr, flush=True)
+
+    @property
+    def wants_reason(self) -> bool:
+        """A badge shows why a cell executed, so every execution is explained."""
+        return comm.shows_badges(self.shell)
 
 
 def engine_events(store: Store) -> list[Any]:
@@ -260,7 +270,13 @@ class CheckpointMagics(Magics):
             result = host.run()
             return result.value if result.has_value else None
         self.last_engine = engine
-        return engine.run(self.shell.user_ns, source, opts, host)
+        engine.last_outcome = None
+        cell = comm.current_cell_id(self.shell)
+        try:
+            return engine.run(self.shell.user_ns, source, opts, host)
+        finally:
+            if engine.last_outcome is not None:
+                comm.push_outcome(self.shell, engine, opts, engine.last_outcome, cell)
 
     def _options(self, line: str) -> CheckpointOptions:
         """The ``%%checkpoint`` line as options (UsageError when it is malformed)."""
@@ -357,6 +373,15 @@ class CheckpointMagics(Magics):
             ]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"%checkpoint plan: cannot read notebook {notebook} ({exc})") from None
+        engine = self.engine()
+        return self.plan_cells(sources, engine).text(engine)
+
+    def notebook_cells(self, sources: list[str]) -> list[NotebookCell]:
+        """The code cells *sources* (in notebook order) as the plan sees them.
+
+        Used by ``%checkpoint plan`` and by the panel's Plan Run All (the comm).
+        """
+        assert self.shell is not None
         cells: list[NotebookCell] = []
         for position, source in enumerate(sources, start=1):
             first, _, rest = source.partition("\n")
@@ -369,8 +394,13 @@ class CheckpointMagics(Magics):
                 source = rest
             body = self.shell.transform_cell(source)
             cells.append(NotebookCell(position, body, options, first_line(source)))
-        engine = self.engine()
-        return plan_run_all(engine, self.shell.user_ns, cells).text(engine)
+        return cells
+
+    def plan_cells(self, sources: list[str], engine: Engine | None = None) -> RunAllPlan:
+        """What Run All of these code cells would restore and execute; nothing is run."""
+        assert self.shell is not None
+        engine = engine or self.engine()
+        return plan_run_all(engine, self.shell.user_ns, self.notebook_cells(sources))
 
     def _auto(self, words: list[str]) -> None:
         if not words:
