@@ -94,6 +94,19 @@ test('badges replace status lines; the saved notebook stays clean; Plan Run All'
     }
     await expect(status).toHaveAttribute('data-status', 'not-loaded', { timeout: 1000 });
   }).toPass({ timeout: 90000 });
+  // The "kernel died" dialog can open after the panel has noticed (on a slow machine it
+  // did, and took Run All's click): wait for the new kernel, then close any dialog.
+  await expect(async () => {
+    if (await dialog.count()) {
+      await dialog.locator('button.jp-mod-accept, button').last().click();
+    }
+    const kernel = await page.evaluate(
+      () => (window as any).jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status
+    );
+    expect(kernel).toBe('idle');
+    await page.waitForTimeout(500);
+    await expect(dialog).toHaveCount(0, { timeout: 100 });
+  }).toPass({ timeout: 90000 });
   await page.notebook.run();
   await expect(badge(page, 1)).toHaveAttribute('data-outcome', 'restored');
   await expect(badge(page, 1)).toContainText(/restored · saved 1\.\d s · [0-9a-f]{8}/);
