@@ -530,18 +530,22 @@ def decode(
     doc = _parse(data, rel)
     signature = doc.pop("signature", None)
     what = describe(doc.get("cell_id"), doc.get("id"))
-    damaged = (
-        f"{what} in {rel} is damaged ({{}}); it is ignored, the cell will execute again and "
-        "the file is moved to quarantine/ once a sound checkpoint replaces it. "
-        "Run 'ipy-resume verify' to list others."
-    )
+
+    def damaged(why: str) -> str:
+        # Not str.format: the damaged cell_id may hold braces of its own.
+        return (
+            f"{what} in {rel} is damaged ({why}); it is ignored, the cell will execute again "
+            "and the file is moved to quarantine/ once a sound checkpoint replaces it. "
+            "Run 'ipy-resume verify' to list others."
+        )
+
     try:
         signed = canonical_json(doc)
         sound = "checksum" not in doc or doc["checksum"] == checksum(doc)
     except ValueError:  # a number damaged into one out of range (1e999): no JSON has it
-        raise ManifestError(damaged.format("it holds an impossible number"), path=rel) from None
+        raise ManifestError(damaged("it holds an impossible number"), path=rel) from None
     if not sound:
-        raise ManifestError(damaged.format("its checksum does not match"), path=rel)
+        raise ManifestError(damaged("its checksum does not match"), path=rel)
     if signature is None:
         raise Untrusted(
             f"{what} in {rel} is unsigned; it is not trusted and the cell will execute again. "
@@ -551,7 +555,7 @@ def decode(
     if not signing.verify(key, signed, signature):
         if "checksum" in doc and doc.get("signer") == signer(key):
             # intact content signed by this key: only the signature itself was hit
-            raise ManifestError(damaged.format("its signature was altered"), path=rel)
+            raise ManifestError(damaged("its signature was altered"), path=rel)
         raise Untrusted(
             f"{what} in {rel} was signed under another key (another user or machine, or it "
             "was altered); it is not trusted and the cell will execute again. "
