@@ -27,10 +27,6 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest
 
-# pytest exits 5 when it collected nothing; that must never pass as green.
-test: lint typecheck
-	$(BIN)/python -m pytest; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
@@ -91,4 +87,8 @@ ui-test: $(LAB_STAMP) $(UI_STAMP) chromium
 screenshots: $(LAB_STAMP) $(UI_STAMP) chromium
 	cd ui-tests && IPY_RESUME_DOCS_DIR=$(CURDIR)/docs/img PATH=$(abspath $(BIN)):$$PATH npx playwright test
 
-test: ui-test
+# ---- everything, in order: set-up, lint, types, browser tests, then pytest ---------------------
+# pytest exits 5 when it collected nothing; that must never pass as green.
+test: setup lint typecheck ui-test
+	$(BIN)/python -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc

@@ -14,6 +14,9 @@ Workloads (sizes at ``--scale 1``; the issue's):
 9. large object graphs: keys of figures with 10,000 artists and of a 1M-object DAG.
 10. a 30-cell notebook through ``ipy-resume run``: first run and a run resumed after a
     kill in cell 25, against plain nbclient (:mod:`benchmarks.batch`).
+11. a 1 GiB checkpoint through ``s3://`` (moto on 127.0.0.1) against s3fs moving the same
+    bytes, and its second restore from the local cache against ``np.load``
+    (:mod:`benchmarks.s3`).
 
 Everything runs in this process tree: one worker process per workload and group
 (``benchmarks.worker``), one process per notebook run for workload 6
@@ -37,7 +40,7 @@ from typing import Any
 from benchmarks import notebook, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
-ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10"]
+ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"]
 RESULTS = Path(__file__).resolve().parent / "results"
 SLOW_S = 20.0
 """A peer whose run after restart takes longer than this is measured once (time budget)."""

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import batch, corpus, graphs
+from benchmarks import batch, corpus, graphs, s3
 from benchmarks.harness import median
 
 PEERS = ["joblib", "ipycache", "dill", "kishu"]
@@ -246,6 +246,8 @@ def table(summary: dict[str, Any]) -> str:
         lines += ["", graphs.table(summary["graphs"])]
     if summary.get("batch"):
         lines += ["", batch.table(summary["batch"])]
+    if summary.get("s3"):
+        lines += ["", s3.table(summary["s3"])]
     return "\n".join(lines)
 
 
@@ -257,6 +259,7 @@ def summarize(samples: Samples, notes: Notes | None = None) -> dict[str, Any]:
         "corpus": corpus.summary(samples),
         "graphs": graphs.summary(samples),
         "batch": batch.summary(samples),
+        "s3": s3.summary(samples),
     }
 
 

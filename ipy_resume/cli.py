@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import reports, timeline
 from .engine import default_store_dir
-from .store import Store, StoreError, retention
+from .store import StoreError, location, open_store, retention
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,10 +24,11 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store",
-        type=Path,
+        type=str,
         default=None,
         metavar="DIR",
-        help="the store (default: $IPY_RESUME_DIR, else ./.ipy_resume)",
+        help="the store, a folder or a URL such as s3://bucket/prefix "
+        "(default: $IPY_RESUME_DIR, else ./.ipy_resume)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     listing = commands.add_parser("list", parents=[common], help="list checkpoints, oldest first")
@@ -95,10 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--store",
-        type=Path,
+        type=str,
         default=None,
         metavar="DIR",
-        help="the store (default: $IPY_RESUME_DIR, else .ipy_resume next to the notebook)",
+        help="the store, a folder or a URL such as s3://bucket/prefix "
+        "(default: $IPY_RESUME_DIR, else .ipy_resume next to the notebook)",
     )
     run.add_argument(
         "--cell-timeout",
@@ -158,9 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import run_demo
 
         return run_demo(args.workdir)
-    root = args.store or default_store_dir()
     try:
-        store = Store(root)
+        root = location.resolve(args.store or default_store_dir())
+        store = open_store(root)
         if args.command == "list":
             manifests = store.manifests()
             short = store.short_ids()

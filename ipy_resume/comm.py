@@ -8,12 +8,25 @@ from "busy"). Requests are JSON objects::
     {"id": 7, "request": "snapshot", "after": 41, "limit": null}
     {"id": 8, "request": "details", "target": "train"}
     {"id": 9, "request": "restore", "target": "0190ab3f2a9c"}
+    {"id": 10, "request": "badges", "on": true}
+    {"id": 11, "request": "plan", "cells": [{"source": "%%checkpoint a\\n...", "id": "…"}]}
 
 and every answer repeats the ``id`` with either ``"data"`` or a one-line
 ``"error"``. After each ``%%checkpoint`` run the engine calls
 :func:`notify_changed`, which pushes the new events to every open comm and
 refreshes live timeline widgets — while the cell that ran it is still busy,
 because comm messages from the kernel go out on IOPub at once.
+
+A frontend that draws cell badges says so with ``badges``; from then on (while
+that comm stays open) the routine status lines of ``%%checkpoint`` cells —
+restored, executed — are not written to stderr, and each run is pushed as
+``{"event": "outcome", "cell": <the notebook cell id>, "outcome": ...}`` instead.
+The notebook cell id is the ``cellId`` JupyterLab puts in the metadata of every
+``execute_request``. The panel extension also adds ``"ipy_resume_badges": true``
+to that metadata, so an execution queued before the comm opens (Run All right
+after ``%load_ext``) writes no status line either; its outcome is kept and sent
+in the answer to ``badges``. Warnings and errors still go to the output area. ``plan``
+answers what Run All of the given code cells would restore and execute.
 
 This module is a thin adapter: the queries themselves live in ``timeline.py``.
 """
@@ -29,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 TARGET = "ipy_resume"
-REQUESTS = ("snapshot", "details", "restore")
+REQUESTS = ("snapshot", "details", "restore", "badges", "plan")
 # A push carries at most this many events; a frontend that falls further behind
 # asks for a fresh snapshot (it does so after each execution anyway).
 _PUSH_LIMIT = 2000
@@ -49,6 +62,10 @@ class _Channels:
     last_seq: int | None = None
     widgets: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
     hooked: bool = False
+    badges: list[Any] = field(default_factory=list)  # open comms whose frontend shows badges
+    # the latest outcome of each notebook cell run by a badge frontend, for a comm that
+    # announces badges later (Run All after a restart queues cells before the comm opens)
+    recent: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # Cells that can add timeline events: checkpoint runs, line commands, %resume.
@@ -124,12 +141,16 @@ def _target(data: dict[str, Any]) -> str:
 def handle_request(
     data: Any,
     namespace: MutableMapping[str, Any],
-    root: Path | None = None,
+    root: Path | str | None = None,
+    shell: Any = None,
 ) -> dict[str, Any]:
     """Answer one request; never raises (errors come back as ``{"error": ...}``).
 
+    ``plan`` needs *shell* (the magics parse the cells); ``badges`` is answered by
+    the comm itself, which is what it concerns.
+
     >>> handle_request({"id": 1, "request": "nope"}, {})["error"]
-    "unknown request 'nope'; expected one of snapshot, details, restore"
+    "unknown request 'nope'; expected one of snapshot, details, restore, badges, plan"
     """
     if not isinstance(data, dict):
         return {"id": None, "error": "a request must be a JSON object"}
@@ -138,7 +159,7 @@ def handle_request(
     reply: dict[str, Any] = {"id": request_id, "request": request}
     try:
         api = _api()
-        store = Path(root) if root is not None else api.default_root()
+        store = root if root is not None else api.default_root()
         if request == "snapshot":
             result = api.snapshot(
                 store, after=_optional_int(data, "after"), limit=_optional_int(data, "limit")
@@ -147,6 +168,8 @@ def handle_request(
             result = api.details(store, _target(data))
         elif request == "restore":
             result = api.restore(namespace, store, _target(data))
+        elif request == "plan":
+            result = plan_request(shell, data)
         else:
             raise RequestError(
                 f"unknown request {request!r}; expected one of {', '.join(REQUESTS)}"
@@ -178,7 +201,10 @@ def register(shell: Any) -> bool:
 
         def on_msg(msg: dict[str, Any]) -> None:
             data = msg.get("content", {}).get("data", {})
-            reply = handle_request(data, shell.user_ns)
+            if isinstance(data, dict) and data.get("request") == "badges":
+                comm.send(_badges(state, comm, data))
+                return
+            reply = handle_request(data, shell.user_ns, shell=shell)
             if reply.get("request") == "snapshot" and "data" in reply:
                 _remember_seq(state, reply["data"].get("last_seq"))
             comm.send(reply)
@@ -188,6 +214,8 @@ def register(shell: Any) -> bool:
         def on_close(msg: dict[str, Any]) -> None:
             if comm in state.comms:
                 state.comms.remove(comm)
+            if comm in state.badges:
+                state.badges.remove(comm)
 
         comm.on_msg(on_msg)
         comm.on_close(on_close)
@@ -227,7 +255,7 @@ def _refresh_widgets(state: _Channels) -> None:
             log.debug("ipy_resume: could not refresh a timeline widget", exc_info=True)
 
 
-def notify_changed(shell: Any = None, root: Path | None = None) -> int:
+def notify_changed(shell: Any = None, root: Path | str | None = None) -> int:
     """Push new timeline events to attached frontends; a no-op when none is attached.
 
     The engine calls it after each ``%%checkpoint`` run. It never raises: a
@@ -251,7 +279,7 @@ def notify_changed(shell: Any = None, root: Path | None = None) -> int:
     try:
         if state.comms:
             api = _api()
-            store = Path(root) if root is not None else api.default_root()
+            store = root if root is not None else api.default_root()
             snap = api.snapshot(store, after=state.last_seq, limit=_PUSH_LIMIT)
             _remember_seq(state, snap.get("last_seq"))
             message = _json_safe(
@@ -281,3 +309,149 @@ def _send(comm: Any, message: dict[str, Any], forget: Callable[[Any], None]) -> 
         # A comm whose frontend went away raises on send; drop it.
         forget(comm)
         return 0
+
+
+# ---- cell badges -------------------------------------------------------------------------------
+
+
+def _badges(state: _Channels, comm: Any, data: dict[str, Any]) -> dict[str, Any]:
+    on = data.get("on", True)
+    reply: dict[str, Any] = {"id": data.get("id"), "request": "badges"}
+    if not isinstance(on, bool):
+        reply["error"] = f"'on' must be true or false, not {on!r}"
+        return reply
+    if on and comm not in state.badges:
+        state.badges.append(comm)
+    elif not on and comm in state.badges:
+        state.badges.remove(comm)
+    reply["data"] = {"badges": on, "outcomes": list(state.recent.values()) if on else []}
+    return reply
+
+
+BADGES_FLAG = "ipy_resume_badges"
+_RECENT_LIMIT = 1000
+
+
+def _request_metadata(shell: Any) -> dict[str, Any]:
+    kernel = getattr(shell, "kernel", None)
+    try:
+        parent = kernel.get_parent("shell") if kernel is not None else None
+    except Exception:  # an older ipykernel: the shell keeps the parent
+        parent = None
+    if not isinstance(parent, dict):
+        parent = getattr(shell, "parent_header", None)
+    metadata = parent.get("metadata") if isinstance(parent, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def shows_badges(shell: Any) -> bool:
+    """True while a frontend attached to *shell*'s kernel draws cell badges.
+
+    Then the routine status lines of ``%%checkpoint`` cells are left out of the output.
+
+    >>> shows_badges(None)
+    False
+    """
+    state = _channels(shell) if shell is not None else None
+    if state is not None and state.badges:
+        return True
+    return shell is not None and _request_metadata(shell).get(BADGES_FLAG) is True
+
+
+def current_cell_id(shell: Any) -> str | None:
+    """The notebook cell id of the running execution (``cellId`` in its request's metadata).
+
+    JupyterLab, Notebook 7 and VS Code send it; a terminal has none.
+
+    >>> current_cell_id(None) is None
+    True
+    """
+    cell = _request_metadata(shell).get("cellId") if shell is not None else None
+    return cell if isinstance(cell, str) and cell else None
+
+
+def outcome_message(engine: Any, opts: Any, outcome: Any, cell: str | None) -> dict[str, Any]:
+    """What a badge shows about one ``%%checkpoint`` run."""
+    checkpoint = outcome.checkpoint_id
+    short = None
+    if checkpoint:
+        try:
+            short = engine.store.short_id(checkpoint)
+        except Exception:  # a store that cannot list its ids still has the full id
+            short = checkpoint[:8]
+    return _json_safe(
+        {
+            "event": "outcome",
+            "cell": cell,
+            "cell_id": opts.cell_id,
+            "label": opts.label,
+            "outcome": outcome.status,
+            "duration": outcome.duration,
+            "saved": outcome.saved,
+            "checkpoint_id": checkpoint,
+            "short_id": short,
+            "names": list(outcome.names),
+            "reason": outcome.reason,
+            "detail": outcome.detail,
+        }
+    )
+
+
+def push_outcome(shell: Any, engine: Any, opts: Any, outcome: Any, cell: str | None) -> int:
+    """Send one run's outcome to the frontends that draw badges; never raises."""
+    state = _channels(shell)
+    if state is None or not shows_badges(shell):
+        return 0
+    sent = 0
+    try:
+        message = outcome_message(engine, opts, outcome, cell)
+        if cell is not None:
+            state.recent.pop(cell, None)
+            state.recent[cell] = message
+            while len(state.recent) > _RECENT_LIMIT:
+                state.recent.pop(next(iter(state.recent)))
+        for comm in list(state.badges):
+            sent += _send(comm, message, state.badges.remove)
+    except Exception:
+        log.debug("ipy_resume: could not send a cell outcome", exc_info=True)
+    return sent
+
+
+# ---- plan for Run All ---------------------------------------------------------------------------
+
+
+def plan_request(shell: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Answer ``plan``: each code cell's verdict, in the order the cells were given.
+
+    *data* ``cells`` lists the notebook's code cells as ``{"source": ..., "id": ...}``;
+    each planned cell comes back with the ``id`` it was sent with (as ``cell``).
+    """
+    cells = data.get("cells")
+    if not isinstance(cells, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("source"), str) for c in cells
+    ):
+        raise RequestError("a plan needs 'cells': the code cells, each as {source, id}")
+    registry = getattr(getattr(shell, "magics_manager", None), "registry", {})
+    magics = registry.get("CheckpointMagics")
+    if magics is None:
+        raise RequestError("a plan needs the kernel's %checkpoint magics (%load_ext ipy_resume)")
+    engine = magics.engine()
+    plan = magics.plan_cells([c["source"] for c in cells], engine)
+    rows = []
+    for planned in plan.cells:
+        sent = cells[planned.position - 1]
+        short = engine.store.short_id(planned.checkpoint_id) if planned.checkpoint_id else None
+        rows.append(
+            {
+                "position": planned.position,
+                "cell": sent.get("id"),
+                "cell_id": planned.cell_id,
+                "label": planned.label,
+                "verdict": planned.verdict,
+                "reason": planned.reason,
+                "saves": planned.saves,
+                "checkpoint_id": planned.checkpoint_id,
+                "short_id": short,
+            }
+        )
+    return {"cells": rows, "saved": plan.saved, "text": plan.text(engine)}

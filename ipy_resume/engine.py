@@ -18,7 +18,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,7 +28,7 @@ from .analysis import AnalysisError, CellAnalysis, analyze
 from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
 from .sharing import fingerprints_of, shared_objects
-from .store import SaveError, Store, StoreError, background
+from .store import SaveError, Store, StoreError, background, location
 from .store.journal import Event
 from .units import format_size
 
@@ -99,8 +99,29 @@ class Host(Protocol):
         ...
 
     def message(self, text: str) -> None:
-        """Show one status or warning line (stderr)."""
+        """Show one warning or error line (stderr): the user must always see it."""
         ...
+
+    # Optional: ``status(text)`` shows a routine status line (restored, executed, the
+    # reason for an execution). A host whose front end shows the outcome some other
+    # way (a badge on the cell) may drop it; without the method, ``message`` shows it.
+    # ``wants_reason`` (a bool attribute) asks for the reason of every execution, to
+    # show it without ``--explain``.
+
+
+def show_status(host: Host, text: str) -> None:
+    """Show a routine status line through *host*: its ``status`` when it has one.
+
+    >>> class H:
+    ...     def message(self, text): print("message:", text)
+    >>> show_status(H(), "restored")
+    message: restored
+    """
+    show = getattr(host, "status", None)
+    if callable(show):
+        show(text)
+    else:
+        host.message(text)
 
 
 @dataclass
@@ -130,6 +151,7 @@ class Outcome:
     io: float = 0.0  # save or load time
     bytes: int = 0
     detail: str = ""
+    reason: str = ""  # why the cell executed instead of restoring, in words
 
 
 @dataclass
@@ -148,7 +170,7 @@ class ActiveCell:
 _active: ActiveCell | None = None
 # The engine of each store in this process, so a restore from the panel or the widget
 # lands on the same timeline branch as one typed in the notebook.
-_engines: dict[Path, Engine] = {}
+_engines: dict[str, Engine] = {}
 
 
 def engine_for(root: str | os.PathLike[str]) -> Engine | None:
@@ -157,7 +179,7 @@ def engine_for(root: str | os.PathLike[str]) -> Engine | None:
     >>> engine_for("/nonexistent") is None
     True
     """
-    return _engines.get(Path(root).resolve())
+    return _engines.get(location.key(root))
 
 
 def active_cell() -> ActiveCell | None:
@@ -169,13 +191,17 @@ def active_cell() -> ActiveCell | None:
     return _active
 
 
-def default_store_dir() -> Path:
+def default_store_dir() -> Path | str:
     """The store used when none is named: ``$IPY_RESUME_DIR`` or ``./.ipy_resume``.
 
-    >>> default_store_dir().name in (".ipy_resume", os.environ.get("IPY_RESUME_DIR", "")[-20:])
+    ``$IPY_RESUME_DIR`` may be an object-store URL (``s3://bucket/prefix``), returned as is.
+
+    >>> str(default_store_dir()).endswith((".ipy_resume", os.environ.get("IPY_RESUME_DIR", "")))
     True
     """
     env = os.environ.get("IPY_RESUME_DIR")
+    if env and location.is_url(env):
+        return env
     return Path(env) if env else Path.cwd() / ".ipy_resume"
 
 
@@ -197,7 +223,7 @@ class Engine:
         # saves are written by the background writer (store/background.py) when this is
         # True, or None and $IPY_RESUME_BACKGROUND is on, and the snapshot budget allows
         self.background: bool | None = None
-        _engines[Path(store.root).resolve()] = self
+        _engines[location.key(store.location)] = self
 
     def record(
         self,
@@ -320,9 +346,16 @@ class Engine:
     # ---- planning -------------------------------------------------------------------------
 
     def plan(
-        self, namespace: MutableMapping[str, Any], source: str, opts: CheckpointOptions
+        self,
+        namespace: MutableMapping[str, Any],
+        source: str,
+        opts: CheckpointOptions,
+        known: Mapping[str, bytes] | None = None,
     ) -> Plan:
         """Analyse the cell and digest every part of its key.
+
+        *known* gives digests of inputs that are not in *namespace* yet (a Run All plan:
+        the outputs an earlier cell would restore, as its checkpoint recorded them).
 
         >>> plan = engine.plan({"x": 1}, "y = x + 1", CheckpointOptions("c"))  # doctest: +SKIP
         """
@@ -345,6 +378,10 @@ class Engine:
         fingerprinter = Fingerprinter()
         digests: dict[str, bytes] = {}
         for name in sorted(names):
+            if known is not None and name in known:
+                digests[name] = known[name]
+                parts[f"input:{name}"] = known[name].hex()
+                continue
             if name not in namespace:
                 parts[f"input:{name}"] = ABSENT
                 continue
@@ -381,7 +418,7 @@ class Engine:
         try:
             plan = self.plan(namespace, source, opts)
         except (StoreError, OSError) as exc:
-            problem = f"the store {self.store.root} cannot be used ({exc})"
+            problem = f"the store {self.store.location} cannot be used ({exc})"
             plan = Plan(None, None, {}, {}, opts.seed, problem=problem)
         if plan.key is None:
             if plan.problem:
@@ -391,7 +428,12 @@ class Engine:
             result = host.run()
             if plan.analysis is not None or plan.problem:
                 duration = time.perf_counter() - started
-                outcome = Outcome("uncached", duration=duration, detail=plan.problem or "")
+                outcome = Outcome(
+                    "uncached",
+                    duration=duration,
+                    detail=plan.problem or "",
+                    reason=plan.problem or "",
+                )
                 self.record(outcome, opts.cell_id, host)
             return result.value if result.has_value else None
 
@@ -399,11 +441,17 @@ class Engine:
             restored = self._try_restore(namespace, plan, opts, host)
             if restored is not None:
                 return restored[0]
-            if plan.stale and not opts.quiet:
-                host.message(f"{PREFIX}{opts.shown} executes: {plan.stale}")
-            elif opts.explain:
-                host.message(f"{PREFIX}{self.explain(opts.cell_id, plan)}")
-        return self._execute_and_save(namespace, plan, opts, host)
+            reason = ""
+            if plan.stale:
+                reason = f"{opts.shown} executes: {plan.stale}"
+                if not opts.quiet:
+                    show_status(host, PREFIX + reason)
+            elif opts.explain or getattr(host, "wants_reason", False):
+                reason = self.explain(opts.cell_id, plan)
+                if opts.explain:
+                    show_status(host, PREFIX + reason)
+            return self._execute_and_save(namespace, plan, opts, host, reason)
+        return self._execute_and_save(namespace, plan, opts, host, "--force was given")
 
     def _try_restore(
         self,
@@ -415,23 +463,16 @@ class Engine:
         assert plan.key is not None
         started = time.perf_counter()
         manifest = None
-        stale: list[str] = []
-
-        def fresh(m: Any) -> bool:
-            reason = file_deps.changed(m.info.get("file_deps") or {})
-            if reason is not None and not stale:
-                stale.append(f"{reason} since checkpoint {m.id}")
-            return reason is None
-
+        fresh = file_deps.FreshFiles()
         try:
             manifest = self.store.find(opts.cell_id, plan.key, accept=fresh)
             if manifest is None:
-                plan.stale = stale[0] if stale else None
+                plan.stale = fresh.first
                 return None
             loaded = restoring.load(self.store, manifest)
         except StoreError as exc:
             if manifest is not None:
-                shared_objects(self.store.root).forget(manifest.id)
+                shared_objects(self.store.location).forget(manifest.id)
             host.message(f"{PREFIX}{exc}")
             host.message(f"{PREFIX}{opts.shown} will be executed instead.")
             return None
@@ -471,7 +512,8 @@ class Engine:
         elapsed = time.perf_counter() - started
         duration = float(manifest.info.get("duration", 0.0))
         if not opts.quiet:
-            host.message(
+            show_status(
+                host,
                 f"{PREFIX}restored {opts.shown} from checkpoint "
                 f"{self.store.short_id(manifest.id)} "
                 f"in {_seconds(elapsed)} (the run took {_seconds(duration)}, "
@@ -480,7 +522,7 @@ class Engine:
                     "; it was not executed (auto checkpoints)"
                     if opts.min_seconds is not None
                     else ""
-                )
+                ),
             )
         outcome = Outcome(
             "restored",
@@ -506,6 +548,7 @@ class Engine:
         plan: Plan,
         opts: CheckpointOptions,
         host: Host,
+        reason: str = "",
     ) -> Any:
         __tracebackhide__ = True
         assert plan.key is not None and plan.analysis is not None
@@ -518,7 +561,7 @@ class Engine:
         reads = (
             contextlib.nullcontext()
             if opts.no_file_deps
-            else file_deps.recording(ignore=[str(self.store.root)])
+            else file_deps.recording(ignore=[str(self.store.location)])
         )
         outer = _active
         try:
@@ -569,6 +612,7 @@ class Engine:
             },
             "names": {name: summarize(value) for name, value in values.items()},
             "fingerprints": fingerprints_of(values, after),
+            "output_digests": _digests_of(values, after),
             "mutated": sorted(mutated),
             "deleted": sorted(deleted),
             "duration": duration,
@@ -588,7 +632,7 @@ class Engine:
         if files_written:
             info["files_written"] = files_written
         save_started = time.perf_counter()
-        shared = shared_objects(self.store.root)
+        shared = shared_objects(self.store.location)
         shared.forget_checks()
         job: background.Job | None = None
         to_write = 0
@@ -625,7 +669,13 @@ class Engine:
             listed = ", ".join(sorted(values)) or "no names"
             host.message(PREFIX + _save_failure(opts, exc, listed))
             outcome = Outcome(
-                "failed", None, sorted(values), key=plan.key, duration=duration, detail=str(exc)
+                "failed",
+                None,
+                sorted(values),
+                key=plan.key,
+                duration=duration,
+                detail=str(exc),
+                reason=reason,
             )
             self.record(outcome, opts.cell_id, host)
             return result.value if result.has_value else None
@@ -646,15 +696,17 @@ class Engine:
         short = self.store.short_id(saved.manifest.id)
         if status == "executed" and not opts.quiet:
             if job is None:
-                host.message(
+                show_status(
+                    host,
                     f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saved checkpoint "
                     f"{short} ({format_size(saved.bytes_written)} written in "
-                    f"{_seconds(time.perf_counter() - save_started)})"
+                    f"{_seconds(time.perf_counter() - save_started)})",
                 )
             elif to_write >= SAVING_LINE_MIN:
-                host.message(
+                show_status(
+                    host,
                     f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saving checkpoint "
-                    f"{short} ({format_size(to_write)} to write)"
+                    f"{short} ({format_size(to_write)} to write)",
                 )
         outcome = Outcome(
             status,
@@ -666,6 +718,7 @@ class Engine:
             io=time.perf_counter() - save_started,
             bytes=saved.bytes_written,
             detail="; ".join(f"{n}: {r}" for n, r in sorted(failed.items())),
+            reason=reason,
         )
         if job is None:
             self.record(outcome, opts.cell_id, host)
@@ -739,7 +792,7 @@ class Engine:
         except StoreError as exc:
             return f"'{cell_id}' executes: its history cannot be read ({exc})"
         if not history:
-            return f"'{cell_id}' executes: it has no earlier checkpoint in {self.store.root}"
+            return f"'{cell_id}' executes: it has no earlier checkpoint in {self.store.location}"
         best: list[str] | None = None
         for manifest in history:
             old = manifest.info.get("key_parts", {})
@@ -892,6 +945,20 @@ def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str,
         with contextlib.suppress(Unfingerprintable):
             digests[name] = fingerprinter.digest(namespace[name])
     return digests
+
+
+def _digests_of(values: Mapping[str, Any], known: Mapping[str, bytes]) -> dict[str, str]:
+    """Every stored value's fingerprint, as a later cell's key would take it: what a Run All
+    plan chains through when this checkpoint would be restored."""
+    fingerprinter = Fingerprinter()
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        if name in known:
+            out[name] = known[name].hex()
+            continue
+        with contextlib.suppress(Unfingerprintable):
+            out[name] = fingerprinter.digest(value).hex()
+    return out
 
 
 def _is_closed_file(value: Any) -> bool:

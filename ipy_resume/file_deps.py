@@ -28,7 +28,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
@@ -509,6 +509,28 @@ def changed(record: dict[str, Any], base: str | None = None) -> str | None:
         if reason:
             return reason
     return None
+
+
+@dataclass
+class FreshFiles:
+    """A ``Store.find`` acceptor: a checkpoint is taken only while the files it recorded
+    are unchanged; ``reasons`` says why the ones turned down were (newest first).
+
+    >>> fresh = FreshFiles(); fresh(type("M", (), {"info": {}, "id": "x"})())
+    True
+    """
+
+    reasons: list[str] = field(default_factory=list)
+
+    def __call__(self, manifest: Any) -> bool:
+        reason = changed(manifest.info.get("file_deps") or {})
+        if reason is not None:
+            self.reasons.append(f"{reason} since checkpoint {manifest.id}")
+        return reason is None
+
+    @property
+    def first(self) -> str | None:
+        return self.reasons[0] if self.reasons else None
 
 
 def _file_changed(entry: dict[str, Any], base: str) -> str | None:

@@ -34,6 +34,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from nbclient.util import run_sync
 
 from .analysis import first_line
+from .store import StoreError, location, open_store
 from .store.journal import Journal
 
 LOAD_EXTENSION = "--ext=ipy_resume"
@@ -189,11 +190,12 @@ class CheckpointingCells:
     def setup_checkpoints(
         self,
         ids: dict[int, str],
-        store: Path,
+        store: Path | str,
         on_outcome: Callable[[int, str, float, float], None] | None = None,
     ) -> None:
         self.ids = ids
-        self.journal = Journal(store)
+        # a bucket's timeline is read through its store (events merged from every kernel)
+        self.journal = Journal(store) if isinstance(store, Path) else open_store(store).journal()
         self.on_outcome = on_outcome
 
     async def async_execute_cell(  # type: ignore[no-untyped-def]
@@ -249,7 +251,7 @@ def default_kernel(nb: Any) -> str:
 def run_notebook(
     nb: Any,
     *,
-    store: Path,
+    store: Path | str,
     cwd: Path,
     kernel: str,
     cell_timeout: float | None,
@@ -303,6 +305,8 @@ def run_notebook(
             except CellExecutionError as exc:
                 entry.outcome, report.reason = "error", _error_line(exc)
             entry.seconds = entry.seconds or time.perf_counter() - started
+            if entry.outcome == "running":  # not sent under %%checkpoint: nothing to run
+                entry.outcome = "empty"
             if progress is not None:
                 progress(entry, True)
             if entry.outcome in ("timeout", "dead", "error"):
@@ -394,7 +398,7 @@ def run_command(
     source: Path,
     output: Path | None,
     parameters: list[tuple[str, str]],
-    store: Path | None,
+    store: Path | str | None,
     cell_timeout: float | None,
     kernel: str | None,
 ) -> int:
@@ -413,7 +417,13 @@ def run_command(
         print(f"ipy-resume run: {exc}", file=sys.stderr)
         return 2
     cwd = source.resolve().parent
-    store_dir = (store or Path(os.environ.get("IPY_RESUME_DIR") or cwd / ".ipy_resume")).resolve()
+    try:
+        store_dir = location.resolve(
+            store or os.environ.get("IPY_RESUME_DIR") or cwd / ".ipy_resume"
+        )
+    except StoreError as exc:
+        print(f"ipy-resume run: {exc}", file=sys.stderr)
+        return 2
     output = output or source.with_name(f"{source.stem}.out.ipynb")
     ids = cell_ids(nb, trust_ids=file_has_cell_ids(source))
     kernel_name = kernel or default_kernel(nb)
@@ -440,10 +450,13 @@ def run_command(
         progress.close()
     nbformat.write(nb, output)
     restored = sum(1 for c in report.cells if c.outcome == "restored")
+    empty = sum(1 for c in report.cells if c.outcome == "empty")
     saved = sum(c.saved for c in report.cells)
     summary = (
         f"{len(report.cells)} of {len(ids)} cells run: {restored} restored (saved "
-        f"{_seconds(saved)}), {len(report.cells) - restored} executed, in "
+        f"{_seconds(saved)}), {len(report.cells) - restored - empty} executed"
+        + (f", {empty} empty" if empty else "")
+        + ", in "
         f"{_seconds(time.perf_counter() - started)}; output written to {output}"
     )
     if report.stopped is not None:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from . import file_deps, restoring, rng
 from .capture import live_stderr
 from .engine import PREFIX, ActiveCell, active_cell
-from .store import Manifest, StoreError
+from .store import StoreError
 
 T = TypeVar("T")
 
@@ -128,17 +128,13 @@ class _LoopRun:
     def _resume(self) -> int:
         store = self.cell.engine.store
         try:
-            stale: list[str] = []
-
-            def fresh(m: Manifest) -> bool:
-                stale.append(file_deps.changed(m.info.get("file_deps") or {}) or "")
-                return not stale[-1]
-
+            fresh = file_deps.FreshFiles()
             manifest = store.find(self.cell.cell_id, self.key, accept=fresh)
             if manifest is None:
-                if any(stale):
-                    reason = next(r for r in stale if r)
-                    self._say(f"{reason} since the loop's progress was saved; it starts over.")
+                if fresh.first:
+                    self._say(
+                        f"{fresh.first}: the loop's saved progress is not used; it starts over."
+                    )
                 return 0
             loaded = restoring.load(store, manifest)
         except StoreError as exc:

@@ -6,6 +6,8 @@ module only knows how IPython runs code and shows output.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import sys
 import time
@@ -19,16 +21,19 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import reports, timeline
+from . import comm, reports, timeline
+from .analysis import first_line
 from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
 from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
-from .store import Store, StoreError, background, retention
+from .planning import NotebookCell, RunAllPlan, plan_run_all
+from .store import Store, StoreError, background, location, open_store, retention
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
-    "gc [--keep-last N] [--max-size SIZE] | auto [on [--min-seconds S]|off] | wait   "
+    "gc [--keep-last N] [--max-size SIZE] | auto [on [--min-seconds S]|off] | wait | "
+    "plan [NOTEBOOK.ipynb]   "
     "(TARGET = checkpoint id, unique id prefix, or CELL_ID)"
 )
 
@@ -85,6 +90,16 @@ class IPythonHost:
 
     def message(self, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
+
+    def status(self, text: str) -> None:
+        """A routine status line: left out when a front end shows it as a cell badge."""
+        if not comm.shows_badges(self.shell):
+            print(text, file=sys.stderr, flush=True)
+
+    @property
+    def wants_reason(self) -> bool:
+        """A badge shows why a cell executed, so every execution is explained."""
+        return comm.shows_badges(self.shell)
 
 
 def engine_events(store: Store) -> list[Any]:
@@ -161,16 +176,20 @@ class CheckpointMagics(Magics):
 
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
-        self._engines: dict[Path, Engine] = {}
+        self._engines: dict[str, Engine] = {}
         self.auto = AutoMode(shell)
         self.last_engine: Engine | None = None  # the engine of the latest %%checkpoint cell
 
-    def engine(self, store_dir: Path | None = None) -> Engine:
-        """The engine of *store_dir* (default store when None), created on first use."""
-        root = (store_dir or default_store_dir()).resolve()
-        if root not in self._engines:
-            self._engines[root] = Engine(Store(root))
-        return self._engines[root]
+    def engine(self, store_dir: Path | str | None = None) -> Engine:
+        """The engine of *store_dir* (default store when None), created on first use.
+
+        *store_dir* may be an object-store URL (``s3://bucket/prefix``).
+        """
+        root = location.resolve(store_dir or default_store_dir())
+        name = str(root)
+        if name not in self._engines:
+            self._engines[name] = Engine(open_store(root))
+        return self._engines[name]
 
     @magic_arguments()
     @argument("cell_id", metavar="CELL_ID", help="a stable name for this cell, e.g. train")
@@ -239,12 +258,36 @@ class CheckpointMagics(Magics):
         __tracebackhide__ = True
         if cell is None:
             return self._line(line)
+        opts = self._options(line)
+        assert self.shell is not None
+        source = self.shell.transform_cell(cell)
+        host = IPythonHost(self.shell, source)
+        try:
+            engine = self.engine()
+        except (StoreError, OSError) as exc:
+            host.message(
+                f"ipy_resume: cannot open the checkpoint store ({exc}); "
+                f"'{opts.cell_id}' runs without a checkpoint."
+            )
+            result = host.run()
+            return result.value if result.has_value else None
+        self.last_engine = engine
+        engine.last_outcome = None
+        cell = comm.current_cell_id(self.shell)
+        try:
+            return engine.run(self.shell.user_ns, source, opts, host)
+        finally:
+            if engine.last_outcome is not None:
+                comm.push_outcome(self.shell, engine, opts, engine.last_outcome, cell)
+
+    def _options(self, line: str) -> CheckpointOptions:
+        """The ``%%checkpoint`` line as options (UsageError when it is malformed)."""
         args = parse_argstring(self.checkpoint, line)
         if args.seed is not None and args.no_seed:
             raise UsageError("%%checkpoint: use either --seed N or --no-seed, not both")
         if not args.cell_id.strip():
             raise UsageError("%%checkpoint needs a CELL_ID, e.g. %%checkpoint train")
-        opts = CheckpointOptions(
+        return CheckpointOptions(
             cell_id=args.cell_id,
             force=args.force,
             inputs=_names(args.inputs, "--inputs"),
@@ -261,20 +304,6 @@ class CheckpointMagics(Magics):
             min_seconds=args.min_seconds,
             label=self.auto.labels.get(args.cell_id),
         )
-        assert self.shell is not None
-        source = self.shell.transform_cell(cell)
-        host = IPythonHost(self.shell, source)
-        try:
-            engine = self.engine()
-        except (StoreError, OSError) as exc:
-            host.message(
-                f"ipy_resume: cannot open the checkpoint store ({exc}); "
-                f"'{opts.cell_id}' runs without a checkpoint."
-            )
-            result = host.run()
-            return result.value if result.has_value else None
-        self.last_engine = engine
-        return engine.run(self.shell.user_ns, source, opts, host)
 
     def _line(self, line: str) -> None:
         try:
@@ -302,16 +331,20 @@ class CheckpointMagics(Magics):
                 found = store.audit()
                 lines = [*found.lines, *(f"note: {n}" for n in found.notes)]
                 if not found.problems:
-                    lines.append(f"store {store.root} is sound")
+                    lines.append(f"store {store.location} is sound")
                 print("\n".join(lines))
             elif command == "stats":
-                print(timeline.stats_text(timeline.stats(store.root, store)))
+                print(timeline.stats_text(timeline.stats(store.location, store)))
             elif command == "auto":
                 self._auto(rest)
             elif command == "wait":
                 if rest:
                     raise UsageError("usage: %checkpoint wait")
                 self._wait()
+            elif command == "plan":
+                if len(rest) > 1:
+                    raise UsageError("usage: %checkpoint plan [NOTEBOOK.ipynb]")
+                print(self._plan(rest[0] if rest else None))
             elif command == "gc":
                 try:
                     keep_last, max_size = retention.parse_gc_words(rest)
@@ -336,6 +369,56 @@ class CheckpointMagics(Magics):
             )
         else:
             print("ipy_resume: every checkpoint is durable; nothing was pending")
+
+    def _plan(self, path: str | None) -> str:
+        """``%checkpoint plan``: what Run All would restore and execute, nothing run."""
+        assert self.shell is not None
+        notebook = path or os.environ.get("JPY_SESSION_NAME")
+        if not notebook:
+            raise UsageError(
+                "%checkpoint plan: name the notebook, e.g. %checkpoint plan analysis.ipynb "
+                "(this kernel does not know which notebook it serves)"
+            )
+        if not path and not Path(notebook).exists():
+            # the server names it relative to its own root; the kernel runs in its folder
+            notebook = str(Path(notebook).name)
+        try:
+            raw = json.loads(Path(notebook).read_text(encoding="utf-8"))
+            sources = [
+                "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                for c in raw["cells"]
+                if c.get("cell_type") == "code"
+            ]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"%checkpoint plan: cannot read notebook {notebook} ({exc})") from None
+        engine = self.engine()
+        return self.plan_cells(sources, engine).text(engine)
+
+    def notebook_cells(self, sources: list[str]) -> list[NotebookCell]:
+        """The code cells *sources* (in notebook order) as the plan sees them.
+
+        Used by ``%checkpoint plan`` and by the panel's Plan Run All (the comm).
+        """
+        assert self.shell is not None
+        cells: list[NotebookCell] = []
+        for position, source in enumerate(sources, start=1):
+            first, _, rest = source.partition("\n")
+            options = None
+            if first.startswith("%%checkpoint"):
+                try:
+                    options = self._options(first[len("%%checkpoint") :])
+                except UsageError as exc:
+                    raise UsageError(f"%checkpoint plan: code cell {position}: {exc}") from None
+                source = rest
+            body = self.shell.transform_cell(source)
+            cells.append(NotebookCell(position, body, options, first_line(source)))
+        return cells
+
+    def plan_cells(self, sources: list[str], engine: Engine | None = None) -> RunAllPlan:
+        """What Run All of these code cells would restore and execute; nothing is run."""
+        assert self.shell is not None
+        engine = engine or self.engine()
+        return plan_run_all(engine, self.shell.user_ns, self.notebook_cells(sources))
 
     def _auto(self, words: list[str]) -> None:
         if not words:
@@ -369,7 +452,7 @@ class CheckpointMagics(Magics):
         background.flush()  # the state to restore includes the saves still being written
         how = "%resume" if resumed else "restore"
         report = timeline.restore(
-            self.shell.user_ns, engine.store.root, target, engine.store, how=how
+            self.shell.user_ns, engine.store.location, target, engine.store, how=how
         )
         print(f"ipy_resume: {report['message']}")
         return report
@@ -391,7 +474,7 @@ class CheckpointMagics(Magics):
             raise UsageError(
                 "%resume takes no arguments; use %checkpoint restore TARGET for others"
             )
-        root = self.engine().store.root
+        root = self.engine().store.location
         try:
             event = timeline.latest_session_event(root)
             if event is None:

@@ -20,6 +20,7 @@ from papermill.log import logger
 from papermill.utils import merge_kwargs, remove_args
 
 from .headless import LOAD_EXTENSION, CheckpointingCells, cell_ids, file_has_cell_ids, first_line
+from .store import location
 
 
 class _Client(CheckpointingCells, PapermillNotebookClient):
@@ -47,7 +48,7 @@ class ResumeEngine(NBClientEngine):
     ):
         source = kwargs.get("input_path")
         trust = isinstance(source, (str, os.PathLike)) and file_has_cell_ids(source)
-        store = Path(os.environ.get("IPY_RESUME_DIR") or Path.cwd() / ".ipy_resume").resolve()
+        store = location.resolve(os.environ.get("IPY_RESUME_DIR") or Path.cwd() / ".ipy_resume")
         kwargs = remove_args(["input_path"], **kwargs)
         safe = remove_args(["timeout", "startup_timeout"], **kwargs)
         extra = [*safe.pop("extra_arguments", []), LOAD_EXTENSION]

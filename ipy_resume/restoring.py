@@ -57,7 +57,7 @@ def load(
     >>> loaded = load(store, store.find("train", key))  # doctest: +SKIP
     """
     sources = dict(sources) if sources is not None else dict.fromkeys(target.values, target)
-    shared = shared_objects(store.root)
+    shared = shared_objects(store.location)
     shared.forget_checks()
     cache: dict[Any, Any] = {}  # shared by every load below: one object per stored value
     by_manifest: dict[str, list[str]] = {}
@@ -117,7 +117,7 @@ def apply(
     rng_state = loaded.extras.get("rng")
     if isinstance(rng_state, dict):
         rng.restore(rng_state)
-    shared = shared_objects(store.root)
+    shared = shared_objects(store.location)
     by_manifest: dict[str, tuple[Manifest, dict[str, object]]] = {}
     for name, manifest in loaded.sources.items():
         by_manifest.setdefault(manifest.id, (manifest, {}))[1][name] = loaded.values[name]

@@ -27,6 +27,8 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from .store import StoreError, location
+
 STORE_DIRNAME = ".ipy_resume"
 
 
@@ -34,7 +36,9 @@ class StorePathError(ValueError):
     """A notebook path outside the server's root, or not a path at all."""
 
 
-def store_for(server_root: Path, notebook_path: str, env: dict[str, str] | None = None) -> Path:
+def store_for(
+    server_root: Path, notebook_path: str, env: dict[str, str] | None = None
+) -> Path | str:
     """The store a kernel started for *notebook_path* would use.
 
     >>> str(store_for(Path("/srv"), "exp/run.ipynb", env={}))
@@ -48,6 +52,8 @@ def store_for(server_root: Path, notebook_path: str, env: dict[str, str] | None 
         raise StorePathError(f"'{notebook_path}' is outside the server's root folder")
     folder = candidate if candidate.is_dir() else candidate.parent
     override = env.get("IPY_RESUME_DIR")
+    if override and location.is_url(override):
+        return location.resolve(override)  # a bucket: the same for every notebook
     if override:
         return (folder / Path(override).expanduser()).resolve()
     return folder / STORE_DIRNAME
@@ -69,12 +75,14 @@ def _int_argument(handler: web.RequestHandler, name: str) -> int | None:
 
 
 class _StoreHandler(APIHandler):
-    def _store(self) -> Path:
+    def _store(self) -> Path | str:
         path = self.get_query_argument("path", "")
         try:
             return store_for(Path(self.settings["server_root_dir"]), path)
         except StorePathError as exc:
             raise web.HTTPError(403, str(exc)) from None
+        except StoreError as exc:
+            raise web.HTTPError(500, str(exc)) from None
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # One line, the same shape the comm uses: {"error": "..."}.
@@ -119,7 +127,7 @@ class DetailsHandler(_StoreHandler):
         target = self.get_query_argument("target", "").strip()
         if not target:
             raise web.HTTPError(400, "'target' is required: a checkpoint id, a prefix or a CELL_ID")
-        if not store.is_dir():
+        if isinstance(store, Path) and not store.is_dir():
             raise web.HTTPError(404, f"no checkpoint store at {store}")
         await self._answer(_api().details, store, target)
 

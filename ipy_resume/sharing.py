@@ -32,10 +32,11 @@ import types
 import weakref
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ipy_resume.store import location
 
 from .fingerprint import Fingerprinter, Unfingerprintable, register_alias
 from .store import Manifest, blobs, codecs
@@ -283,7 +284,7 @@ def shared_objects(root: str | os.PathLike[str]) -> SharedObjects:
     >>> shared_objects("/tmp/a") is shared_objects("/tmp/a")
     True
     """
-    key = str(Path(root).resolve())
+    key = location.key(root)
     found = _by_store.get(key)
     if found is None:
         found = _by_store[key] = SharedObjects()

@@ -22,34 +22,39 @@ from . import reports, restoring
 from .engine import Outcome, default_store_dir, engine_for
 from .store import Manifest, Store
 from .store.journal import Event, Journal
+from .store.location import Location, open_store, resolve
 from .store.manifest import SHORT_ID, unique_prefixes
 from .units import format_size
 
 RESTORING_OUTCOMES = ("executed", "restored", "incomplete", "resumed")
 
 
-def default_root() -> Path:
+def default_root() -> Location:
     """The store the kernel uses now (``$IPY_RESUME_DIR`` or ``./.ipy_resume``).
 
     >>> default_root().name  # doctest: +SKIP
     '.ipy_resume'
     """
-    return default_store_dir().resolve()
+    return resolve(default_store_dir())
 
 
 # ---- read-only views ----------------------------------------------------------------------
 
 
 def snapshot(
-    root: Path, *, after: int | None = None, limit: int | None = None, store: Store | None = None
+    root: Location,
+    *,
+    after: int | None = None,
+    limit: int | None = None,
+    store: Store | None = None,
 ) -> dict[str, Any]:
     """The timeline of a store as JSON-ready data, for the panel and the widget.
 
     >>> snapshot(Path("/nonexistent"))["exists"]
     False
     """
-    root = Path(root)
-    exists = (root / "store.json").exists() or (root / "manifests").is_dir()
+    root = resolve(root)
+    exists = _exists(root, store)
     journal = _journal(root, store)
     events = journal.events(after=after, limit=limit)
     manifests = _manifests(root, store)
@@ -74,7 +79,7 @@ def snapshot(
 
 
 def summary(
-    root: Path,
+    root: Location,
     store: Store | None = None,
     events: Sequence[Event] | None = None,
     manifests: Sequence[Manifest] | None = None,
@@ -87,7 +92,7 @@ def summary(
     >>> summary(Path("/nonexistent"))["checkpoints"]
     0
     """
-    root = Path(root)
+    root = resolve(root)
     if manifests is None:
         manifests = _manifests(root, store)
     if events is None:
@@ -106,13 +111,13 @@ def summary(
     }
 
 
-def stats(root: Path, store: Store | None = None) -> dict[str, Any]:
+def stats(root: Location, store: Store | None = None) -> dict[str, Any]:
     """``summary`` plus save/load latency percentiles (seconds).
 
     >>> stats(Path("/nonexistent"))["save_latency"]
     {}
     """
-    root = Path(root)
+    root = resolve(root)
     events = _journal(root, store).events()
     result = summary(root, store, events)
     result["save_latency"] = percentiles(e.io for e in events if e.outcome == "executed")
@@ -136,14 +141,14 @@ def percentiles(values: Iterable[float]) -> dict[str, float]:
     return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "n": len(data)}
 
 
-def details(root: Path, target: str, store: Store | None = None) -> dict[str, Any]:
+def details(root: Location, target: str, store: Store | None = None) -> dict[str, Any]:
     """Everything known about one checkpoint (id, unique prefix or CELL_ID).
 
     >>> details(Path(".ipy_resume"), "train")["cell_id"]  # doctest: +SKIP
     'train'
     """
-    manifests = _manifests(Path(root), store)
-    manifest = reports.resolve(manifests, _checkpoint_of(Path(root), target) or target)
+    manifests = _manifests(resolve(root), store)
+    manifest = reports.resolve(manifests, _checkpoint_of(root, target, store) or target)
     short = unique_prefixes([m.id for m in manifests])
     return reports.describe(manifest, short.get(manifest.id))
 
@@ -242,7 +247,7 @@ def plan_restore(
 
 def restore(
     namespace: MutableMapping[str, Any],
-    root: Path,
+    root: Location,
     target: str,
     store: Store | None = None,
     how: str = "restore",
@@ -258,7 +263,7 @@ def restore(
     >>> restore(get_ipython().user_ns, default_root(), "train")["restored"]  # doctest: +SKIP
     ['model', 'history']
     """
-    store = store or Store(root)
+    store = store or open_store(root)
     plan = plan_restore(store, target, namespace.keys())
     loaded = restoring.load(store, plan.target, plan.sources, plan.chain)
     problems = restoring.apply(namespace, store, loaded, plan.remove + plan.deleted)
@@ -273,7 +278,7 @@ def restore(
         message += f"; removed {', '.join(removed)}"
     if problems:
         message += "; " + "; ".join(problems)
-    engine = engine_for(store.root)
+    engine = engine_for(store.location)
     if engine is not None:
         outcome = Outcome(
             "resumed", plan.target.id, sorted(values), detail=f"{how} to {plan.target.id}"
@@ -291,26 +296,26 @@ def restore(
     }
 
 
-def latest_session_event(root: Path) -> Event | None:
+def latest_session_event(root: Location) -> Event | None:
     """The last event that holds a checkpoint, in the most recent kernel session.
 
     >>> latest_session_event(Path("/nonexistent")) is None
     True
     """
-    events = [e for e in Journal(Path(root)).events() if e.checkpoint_id]
+    events = [e for e in _journal(resolve(root), None).events() if e.checkpoint_id]
     if not events:
         return None
     last_session = events[-1].session
     return [e for e in events if e.session == last_session][-1]
 
 
-def session_span(root: Path, session: str) -> str:
+def session_span(root: Location, session: str) -> str:
     """When a kernel session ran and how many events it had, in words.
 
     >>> session_span(Path("/nonexistent"), "abc")
     ''
     """
-    events = Journal(Path(root)).events(session=session)
+    events = _journal(resolve(root), None).events(session=session)
     if not events:
         return ""
     first, last = events[0].created, events[-1].created
@@ -324,17 +329,24 @@ def session_span(root: Path, session: str) -> str:
 # ---- helpers ------------------------------------------------------------------------------
 
 
-def _journal(root: Path, store: Store | None) -> Journal:
+def _exists(root: Location, store: Store | None) -> bool:
+    if store is not None or isinstance(root, str):
+        return (store or open_store(root)).exists()
+    return (root / "store.json").exists() or (root / "manifests").is_dir()
+
+
+def _journal(root: Location, store: Store | None) -> Journal:
     """The store's journal; through a Store when it has checkpoints, so a lost one is rebuilt."""
-    if store is None and not (root / "manifests").is_dir():
+    if store is None and isinstance(root, Path) and not (root / "manifests").is_dir():
         return Journal(root)
-    return (store or Store(root)).journal()
+    journal: Journal = (store or open_store(root)).journal()
+    return journal
 
 
-def _manifests(root: Path, store: Store | None) -> list[Manifest]:
-    if store is None and not (root / "manifests").is_dir():
+def _manifests(root: Location, store: Store | None) -> list[Manifest]:
+    if store is None and isinstance(root, Path) and not (root / "manifests").is_dir():
         return []
-    return (store or Store(root)).manifests()
+    return (store or open_store(root)).manifests()
 
 
 def _unique_bytes(manifests: Sequence[Manifest]) -> int:
@@ -359,8 +371,8 @@ def _latest_event_for(events: Sequence[Event], checkpoint_id: str) -> Event | No
     return matching[-1] if matching else None
 
 
-def _checkpoint_of(root: Path, target: str) -> str | None:
-    event = _target_event(Journal(root).events(), target)
+def _checkpoint_of(root: Location, target: str, store: Store | None = None) -> str | None:
+    event = _target_event(_journal(resolve(root), store).events(), target)
     return event.checkpoint_id if event else None
 
 

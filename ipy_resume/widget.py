@@ -16,6 +16,7 @@ import anywidget
 import traitlets
 
 from . import comm
+from .store import location
 
 _FRONTEND = Path(__file__).parent / "_frontend"
 
@@ -33,19 +34,20 @@ class TimelineWidget(anywidget.AnyWidget):
     snapshot = traitlets.Dict().tag(sync=True)
     store = traitlets.Unicode().tag(sync=True)
 
-    def __init__(self, store: Path | None = None, shell: Any = None, **kwargs: Any) -> None:
+    def __init__(self, store: Path | str | None = None, shell: Any = None, **kwargs: Any) -> None:
         self._shell = shell
-        self._root = Path(store).resolve() if store is not None else None
+        self._root = location.resolve(store) if store is not None else None
         super().__init__(**kwargs)
         self.on_msg(self._on_custom)
         self.refresh()
 
     @property
-    def root(self) -> Path:
+    def root(self) -> Path | str:
         """The store shown: the one given, else the kernel's current store."""
         if self._root is not None:
             return self._root
-        return Path(comm._api().default_root())
+        found: Path | str = comm._api().default_root()
+        return found
 
     def refresh(self) -> None:
         """Re-read the store; the front end redraws from the new snapshot."""

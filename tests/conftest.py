@@ -26,6 +26,25 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A moto S3 server on 127.0.0.1 for the tests of one module, stopped afterwards."""
+    from s3_utils import moto_server
+
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with moto_server(log) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_url(s3_server: Any, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``s3://<new bucket>/team`` with credentials, endpoint and a private blob cache set."""
+    from s3_utils import apply_env, s3_env
+
+    apply_env(monkeypatch, s3_env(s3_server, isolated))
+    return f"s3://{s3_server.bucket()}/team"
+
+
 @pytest.fixture
 def shell(isolated: Path) -> Iterator[InteractiveShell]:
     """A fresh InteractiveShell with ipy_resume loaded; never shared between tests."""

@@ -20,6 +20,7 @@ class CellOutput:
     displays: list[dict[str, Any]] = field(default_factory=list)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    comms: list[dict[str, Any]] = field(default_factory=list)  # comm_msg data sent meanwhile
 
 
 class Kernel:
@@ -54,9 +55,15 @@ class Kernel:
         assert process is not None
         return int(process.pid)
 
-    def run(self, code: str, timeout: float = 300, cell_id: str | None = None) -> CellOutput:
+    def run(
+        self,
+        code: str,
+        timeout: float = 300,
+        cell_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CellOutput:
         """Execute *code* and collect everything the kernel sent back for it; *cell_id* is
-        sent as JupyterLab sends it, in the request's metadata."""
+        sent as JupyterLab sends it, in the request's metadata (with *metadata*)."""
         out = CellOutput(status="")
         session = self.client.session
         plain_msg = session.msg
@@ -65,6 +72,8 @@ class Kernel:
             msg: dict[str, Any] = plain_msg(msg_type, *args, **kwargs)
             if msg_type == "execute_request" and cell_id is not None:
                 msg["metadata"]["cellId"] = cell_id
+            if msg_type == "execute_request" and metadata:
+                msg["metadata"].update(metadata)
             return msg
 
         def hook(msg: dict[str, Any]) -> None:
@@ -80,6 +89,8 @@ class Kernel:
                 out.result = content["data"]
             elif kind == "error":
                 out.error = content
+            elif kind == "comm_msg":
+                out.comms.append(content["data"])
 
         session.msg = with_cell_id  # type: ignore[method-assign]
         try:

@@ -356,3 +356,21 @@ def test_damaged_journal_is_quarantined_and_rebuilt(tmp_path: Path) -> None:
     assert {e.checkpoint_id for e in events} == ids
     assert fresh.journal().quarantined and (store.root / "quarantine").is_dir()
     assert fresh.verify() == []
+
+
+def test_a_damaged_manifest_whose_cell_id_holds_braces_is_reported_as_damaged(
+    isolated: Path,
+) -> None:
+    """The message quotes the damaged cell_id; braces in it must not break its formatting
+    (a flipped byte once turned a manifest's cell_id into one holding '{')."""
+    store = Store(isolated / "store")
+    saved = store.save("a{b}", "0" * 32, {"x": 1})
+    path = next((isolated / "store" / "manifests").rglob(f"{saved.manifest.id}*.json"))
+    doc = path.read_bytes()
+    damaged = doc.replace(b'"duration"', b'"duratioN"', 1) if b'"duration"' in doc else None
+    if damaged is None:  # no such field: change one digit of the created time instead
+        at = doc.index(b'"created"') + len(b'"created": "2')
+        damaged = doc[:at] + (b"1" if doc[at : at + 1] != b"1" else b"2") + doc[at + 1 :]
+    path.write_bytes(damaged)
+    with pytest.raises(mf.ManifestError, match=r"is damaged \(its checksum does not match\)"):
+        mf.decode(damaged, signing.load_or_create_key(), rel="m.json")

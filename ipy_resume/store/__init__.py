@@ -7,6 +7,7 @@ is one line saying what, where and how to recover.
 
 from __future__ import annotations
 
+from ipy_resume.store import location
 from ipy_resume.store.fsio import (
     CorruptBlob,
     FormatTooNew,
@@ -16,6 +17,7 @@ from ipy_resume.store.fsio import (
     StoreError,
     Untrusted,
 )
+from ipy_resume.store.location import StoreURLError, open_store
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import FORMAT_VERSION, BlobRef, Manifest
 from ipy_resume.store.retention import GcReport, parse_size
@@ -38,8 +40,11 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLocked",
+    "StoreURLError",
     "Untrusted",
     "default_key_path",
     "load_or_create_key",
+    "location",
+    "open_store",
     "parse_size",
 ]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from ipy_resume.store import blobs, fsio, info, journal, lock
@@ -68,9 +68,9 @@ class Audit:
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # checkpoints that can never load (a blob missing or bad) -> their bad blobs
-    broken: dict[Path, list[str]] = field(default_factory=dict)
+    broken: dict[PurePath, list[str]] = field(default_factory=dict)
     bad_blobs: dict[str, str] = field(default_factory=dict)  # address -> what is wrong
-    strays: list[Path] = field(default_factory=list)  # files in objects/ that are no blob
+    strays: list[PurePath] = field(default_factory=list)  # files in objects/ that are no blob
     blobs_checked: int = 0
     files_checked: int = 0
 

@@ -166,6 +166,10 @@ class BlobStore:
 
     # -- writing -------------------------------------------------------------
 
+    def has(self, address: str) -> bool:
+        """True when a file of blob *address* exists (any size)."""
+        return self.path(address).is_file()
+
     def exists(self, address: str, size: int) -> bool:
         """True when the blob's file exists with *size* bytes (so a save may skip it)."""
         try:

@@ -29,7 +29,7 @@ from typing import Any, TypeGuard
 
 from ipy_resume.store import fsio
 
-__all__ = ["BACKUP", "FILE", "Copy", "encode", "new", "read_copy", "recover"]
+__all__ = ["BACKUP", "FILE", "Copy", "decode_copy", "encode", "new", "read_copy", "recover"]
 
 FILE = "store.json"
 BACKUP = "store.backup.json"
@@ -94,6 +94,15 @@ def read_copy(path: Path) -> Copy:
         return Copy(name, "missing")
     except OSError as exc:
         return Copy(name, "damaged", problem=f"cannot be read ({exc.strerror or exc})")
+    return decode_copy(name, data)
+
+
+def decode_copy(name: str, data: bytes) -> Copy:
+    """Check the bytes of one copy called *name*; never raises for damage.
+
+    >>> decode_copy("store.json", b"{").state
+    'damaged'
+    """
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

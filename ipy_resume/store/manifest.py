@@ -26,7 +26,7 @@ import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from ipy_resume.store import blobs, fsio, signing
@@ -323,7 +323,7 @@ class Manifest:
     bytes_written: int
     format: int = FORMAT_VERSION
     signature: str | None = None
-    path: Path | None = field(default=None, compare=False)
+    path: PurePath | None = field(default=None, compare=False)
     # Values of other checkpoints that this one's values share objects with, by
     # "<checkpoint id>/<name>" (see ipy_resume.sharing); absent from older manifests.
     links: dict[str, BlobRef] = field(default_factory=dict)
@@ -371,7 +371,7 @@ class Manifest:
         return doc
 
     @classmethod
-    def from_json(cls, doc: Any, path: Path | None = None) -> Manifest:
+    def from_json(cls, doc: Any, path: PurePath | None = None) -> Manifest:
         """Build from a verified document; raises ValueError when it is malformed."""
         if not isinstance(doc, dict):
             raise _Malformed("a manifest must be an object")
@@ -503,7 +503,7 @@ def _parse(data: bytes, rel: str) -> dict[str, Any]:
     return doc
 
 
-def _build(doc: dict[str, Any], path: Path | None, rel: str) -> Manifest:
+def _build(doc: dict[str, Any], path: PurePath | None, rel: str) -> Manifest:
     try:
         return Manifest.from_json(doc, path)
     except ValueError as exc:
@@ -515,7 +515,12 @@ def _build(doc: dict[str, Any], path: Path | None, rel: str) -> Manifest:
 
 
 def decode(
-    data: bytes, key: bytes, *, rel: str = "manifest", store: str = ".", path: Path | None = None
+    data: bytes,
+    key: bytes,
+    *,
+    rel: str = "manifest",
+    store: str = ".",
+    path: PurePath | None = None,
 ) -> Manifest:
     """Parse and verify a manifest's bytes.
 
@@ -525,18 +530,22 @@ def decode(
     doc = _parse(data, rel)
     signature = doc.pop("signature", None)
     what = describe(doc.get("cell_id"), doc.get("id"))
-    damaged = (
-        f"{what} in {rel} is damaged ({{}}); it is ignored, the cell will execute again and "
-        "the file is moved to quarantine/ once a sound checkpoint replaces it. "
-        "Run 'ipy-resume verify' to list others."
-    )
+
+    def damaged(why: str) -> str:
+        # Not str.format: the damaged cell_id may hold braces of its own.
+        return (
+            f"{what} in {rel} is damaged ({why}); it is ignored, the cell will execute again "
+            "and the file is moved to quarantine/ once a sound checkpoint replaces it. "
+            "Run 'ipy-resume verify' to list others."
+        )
+
     try:
         signed = canonical_json(doc)
         sound = "checksum" not in doc or doc["checksum"] == checksum(doc)
     except ValueError:  # a number damaged into one out of range (1e999): no JSON has it
-        raise ManifestError(damaged.format("it holds an impossible number"), path=rel) from None
+        raise ManifestError(damaged("it holds an impossible number"), path=rel) from None
     if not sound:
-        raise ManifestError(damaged.format("its checksum does not match"), path=rel)
+        raise ManifestError(damaged("its checksum does not match"), path=rel)
     if signature is None:
         raise Untrusted(
             f"{what} in {rel} is unsigned; it is not trusted and the cell will execute again. "
@@ -546,7 +555,7 @@ def decode(
     if not signing.verify(key, signed, signature):
         if "checksum" in doc and doc.get("signer") == signer(key):
             # intact content signed by this key: only the signature itself was hit
-            raise ManifestError(damaged.format("its signature was altered"), path=rel)
+            raise ManifestError(damaged("its signature was altered"), path=rel)
         raise Untrusted(
             f"{what} in {rel} was signed under another key (another user or machine, or it "
             "was altered); it is not trusted and the cell will execute again. "

@@ -45,7 +45,7 @@ import sqlite3
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from ipy_resume import units
@@ -246,9 +246,9 @@ class GcReport:
 @dataclass
 class _Scan:
     trusted: list[Manifest] = field(default_factory=list)
-    sizes: dict[Path, int] = field(default_factory=dict)  # manifest path -> bytes
+    sizes: dict[PurePath, int] = field(default_factory=dict)  # manifest path -> bytes
     pinned: set[str] = field(default_factory=set)  # blobs of manifests retention never drops
-    unreadable: list[Path] = field(default_factory=list)
+    unreadable: list[PurePath] = field(default_factory=list)
     untrusted: int = 0
     newer: list[str] = field(default_factory=list)
     opaque: list[str] = field(default_factory=list)  # manifests that cannot be read
@@ -259,7 +259,7 @@ def _scan(store: Store) -> _Scan:
     for path in store._manifest_paths(store._all_cell_dirs()):
         rel = store._rel(path)
         try:
-            data = path.read_bytes()
+            data = Path(path).read_bytes()
         except FileNotFoundError:
             continue
         except OSError as exc:  # unreadable here: its blobs are unknown, so none may go
@@ -456,7 +456,7 @@ def collect(
         report.notes.extend(notes)
         report.untrusted_kept = scan.untrusted
 
-        def remove(path: Path) -> bool:
+        def remove(path: PurePath) -> bool:
             try:
                 fsio.remove(path)
             except OSError as exc:  # e.g. a read-only folder: report it, carry on
@@ -483,7 +483,7 @@ def collect(
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
                 report.removed_broken.append(store._rel(path))
         for path in found.strays:
-            if _old_enough(path, grace, now) and remove(path):
+            if _old_enough(Path(path), grace, now) and remove(path):
                 report.removed_strays.append(store._rel(path))
         report.kept_checkpoints = len(kept)
 

@@ -1,8 +1,8 @@
 """The per-user signing key and HMAC-SHA256 signatures.
 
 The key is 32 random bytes stored as hex in
-``<jupyter data dir>/ipy_resume/signing.key`` (``JUPYTER_DATA_DIR`` moves it),
-readable by its owner only.  It is created atomically: written to a temporary
+``<jupyter data dir>/ipy_resume/signing.key`` (``JUPYTER_DATA_DIR`` moves it, and
+``IPY_RESUME_KEY_FILE`` names another file), readable by its owner only.  It is created atomically: written to a temporary
 file created with mode 0600, fsynced, then published with ``os.link``; when
 several processes race, the first link wins and the others read the winner's
 key, so every process ends with the same key.  A backup beside it
@@ -24,6 +24,7 @@ from ipy_resume.store import fsio
 
 __all__ = [
     "KEY_BYTES",
+    "KEY_FILE_ENV",
     "KeyFileError",
     "backup_path",
     "default_key_path",
@@ -39,8 +40,25 @@ class KeyFileError(fsio.StoreError):
     """The signing key file exists but cannot be used."""
 
 
+KEY_FILE_ENV = "IPY_RESUME_KEY_FILE"
+"""Names a key file to use instead of the one in the Jupyter data directory."""
+
+
 def default_key_path() -> Path:
-    """``<jupyter data dir>/ipy_resume/signing.key``."""
+    """``$IPY_RESUME_KEY_FILE``, else ``<jupyter data dir>/ipy_resume/signing.key``.
+
+    The variable lets the same user on a fresh cloud VM (a new Jupyter data directory)
+    bring their key as a mounted secret, so their own checkpoints in a bucket stay
+    trusted.  The key is never kept in the store: whoever can write there could then
+    sign pickles.
+
+    >>> import os; os.environ["IPY_RESUME_KEY_FILE"] = "/secrets/k"; str(default_key_path())
+    '/secrets/k'
+    >>> del os.environ["IPY_RESUME_KEY_FILE"]
+    """
+    override = os.environ.get(KEY_FILE_ENV)
+    if override:
+        return Path(override).expanduser()
     from jupyter_core.paths import jupyter_data_dir
 
     return Path(jupyter_data_dir()) / "ipy_resume" / "signing.key"

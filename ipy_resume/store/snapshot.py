@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -67,7 +67,7 @@ class Snapshot:
         manifest: Manifest,
         writer: _Writer,
         failed: dict[str, str],
-        suspect: set[Path] | None,
+        suspect: set[PurePath] | None,
     ) -> None:
         self.store = store
         self.manifest = manifest

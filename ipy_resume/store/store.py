@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Protocol
 
 import numpy as np
@@ -192,7 +192,7 @@ class _Writer:
     """Turns the values of one save into blobs, tracking refs and bytes written."""
 
     def __init__(
-        self, store: BlobStore, touch: bool = False, verify: bool = False, defer: bool = False
+        self, store: Any, touch: bool = False, verify: bool = False, defer: bool = False
     ) -> None:
         self.blobs = store
         # defer: blobs are kept in memory (address, chunks, size) for a later commit (see
@@ -204,7 +204,7 @@ class _Writer:
         self.verify = verify
         self._sound: set[str] = set()  # blobs checked sound during this save
         self.bytes_written = 0
-        self.current: Path | None = None  # the file being written, for error messages
+        self.current: PurePath | None = None  # the file being written, for error messages
         self.refs: dict[str, BlobRef] = {}
         self._pack: list[bytes] = []
         self._pack_size = 0
@@ -235,7 +235,7 @@ class _Writer:
         if ref.blob in self._sound:
             return True
         if not self.verify:
-            return self.blobs.path(ref.blob).is_file()
+            return self.blobs.has(ref.blob)
         if self.blobs.check(ref.blob, ref.algo, ref.checksum, ref.size) is not None:
             return False
         self._sound.add(ref.blob)
@@ -435,13 +435,26 @@ class Store:
         self._info: dict[str, Any] | None = None
         # (cell_id, key) -> damaged manifests of a checkpoint that failed to load: the
         # next save of that key checks every blob it would reuse and retires them
-        self._suspect: dict[tuple[str, str], set[Path]] = {}
+        self._suspect: dict[tuple[str, str], set[PurePath]] = {}
         self._journal: Journal | None = None
         self._id_cache: tuple[float, set[str]] | None = None  # (when listed, ids)
-        self._read_cache: dict[Path, tuple[bytes, Manifest]] = {}
+        self._read_cache: dict[PurePath, tuple[bytes, Manifest]] = {}
 
     def __repr__(self) -> str:
         return f"Store({os.fspath(self.root)!r})"
+
+    @property
+    def location(self) -> Path | str:
+        """Where the store lives: its folder, or the URL of an object store.
+
+        >>> Store("/tmp/doc-store").location
+        PosixPath('/tmp/doc-store')
+        """
+        return self.root
+
+    def exists(self) -> bool:
+        """True once the store has been created (a first save, or ``store.json``)."""
+        return (self.root / info.FILE).exists() or (self.root / "manifests").is_dir()
 
     # -- store.json ----------------------------------------------------------
 
@@ -508,7 +521,7 @@ class Store:
 
     # -- paths ---------------------------------------------------------------
 
-    def _rel(self, path: Path | str | None) -> str:
+    def _rel(self, path: PurePath | str | None) -> str:
         if path is None:
             return os.fspath(self.root)
         try:
@@ -516,7 +529,7 @@ class Store:
         except ValueError:
             return os.fspath(path)
 
-    def _key_dir(self, cell_id: str, key: str) -> Path:
+    def _key_dir(self, cell_id: str, key: str) -> PurePath:
         return self.root / "manifests" / manifest.cell_dir(cell_id) / key
 
     def healing(self, cell_id: str, key: str) -> bool:
@@ -524,7 +537,7 @@ class Store:
         load: it checks every blob it reuses, so it is not left to the background writer."""
         return (cell_id, key) in self._suspect
 
-    def blob_path(self, address: str) -> Path:
+    def blob_path(self, address: str) -> PurePath:
         """The file of blob *address*."""
         return self.blobs.path(address)
 
@@ -573,11 +586,8 @@ class Store:
             seed_base = self.seed_base
             # Shared with other saves, exclusive of gc: from the first "this blob exists,
             # skip it" to the committed manifest, no gc may delete what we rely on.
-            with lock.hold(
-                self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"
-            ) as locked:
+            with self._saving() as locked:
                 writer.touch = not locked
-                fsio.makedirs(self.blobs.objects)
                 m, failed = self._build(
                     writer, ident, cell_id, key, values, extras, info_doc, complete, linker
                 )
@@ -706,6 +716,19 @@ class Store:
             path=exc.path,
         )
 
+    @contextlib.contextmanager
+    def _saving(self) -> Iterator[bool]:
+        """Held from the first "this blob exists, skip it" to the committed manifest.
+
+        Shared with other saves, exclusive of gc, so no gc deletes what a save relies on;
+        yields whether a real lock is held.
+        """
+        with lock.hold(
+            self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"
+        ) as locked:
+            fsio.makedirs(self.blobs.objects)
+            yield locked
+
     @staticmethod
     def _write_values(
         writer: _Writer, values: Mapping[str, object], linker: Linker | None, ident: str
@@ -767,7 +790,7 @@ class Store:
             except OSError:
                 # Published but not durable (the folder fsync failed): take it back, so
                 # "nothing was committed" in the error message stays true.
-                self._withdraw(path, data)
+                self._withdraw(Path(path), data)
                 raise
             m.path = path
             writer.current = None
@@ -778,7 +801,7 @@ class Store:
 
     # -- healing ---------------------------------------------------------------
 
-    def _heal(self, new: Manifest, suspect: set[Path]) -> None:
+    def _heal(self, new: Manifest, suspect: set[PurePath]) -> None:
         """After a save that replaced a checkpoint which failed to load: retire the rest.
 
         Manifests of the key that are damaged, or whose blobs are gone (quarantined
@@ -789,7 +812,7 @@ class Store:
         self._suspect.pop((new.cell_id, new.key), None)
         if not new.complete:
             return  # keep the evidence until a complete checkpoint replaces it
-        retire: list[Path] = []
+        retire: list[PurePath] = []
         for path in self._json_files(self._key_dir(new.cell_id, new.key)):
             if path == new.path:
                 continue
@@ -804,7 +827,7 @@ class Store:
                 retire.append(path)
         self._retire(retire)
 
-    def _retire(self, paths: Iterable[Path]) -> None:
+    def _retire(self, paths: Iterable[PurePath]) -> None:
         """Move manifests that can never be restored to quarantine/ (gc deletes them)."""
         for path in paths:
             rel = self._rel(path).replace("/", ".")
@@ -844,7 +867,7 @@ class Store:
         with contextlib.suppress(OSError):
             fsio.remove(path)
 
-    def _save_error(self, cell_id: str, exc: OSError, where: Path | None) -> SaveError:
+    def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
         code = errno.errorcode.get(exc.errno or 0, "")
         reason = exc.strerror or str(exc) or type(exc).__name__
         if code:
@@ -866,12 +889,12 @@ class Store:
 
     # -- finding -------------------------------------------------------------
 
-    def _read(self, path: Path) -> Manifest:
+    def _read(self, path: PurePath) -> Manifest:
         # A manifest verified before is reused while its file holds the same bytes (compared
         # whole: cheaper than parsing and verifying again), so listing a store of 10,000
         # checkpoints again (the panel does after every cell) decodes none of them again.
         try:
-            data = path.read_bytes()
+            data = Path(path).read_bytes()
         except FileNotFoundError:
             raise
         except OSError:
@@ -879,7 +902,7 @@ class Store:
         known = self._read_cache.get(path)
         if known is not None and known[0] == data:
             return known[1]
-        rel, store = manifest._names(path, self.root)
+        rel, store = manifest._names(Path(path), self.root)
         m = manifest.decode(data, self.key, rel=rel, store=store, path=path)
         if len(self._read_cache) >= _READ_CACHE_MAX:
             self._read_cache.clear()
@@ -887,7 +910,7 @@ class Store:
         return m
 
     @staticmethod
-    def _json_files(folder: Path) -> list[Path]:
+    def _json_files(folder: PurePath) -> list[PurePath]:
         try:
             names = os.listdir(folder)
         except (FileNotFoundError, NotADirectoryError):
@@ -924,7 +947,7 @@ class Store:
         background.barrier(self.root, key=(cell_id, key), callbacks=False)
         problem: StoreError | None = None
         good: list[Manifest] = []
-        bad: list[Path] = []
+        bad: list[PurePath] = []
         # Ids are random, so every manifest of the key is read and the newest (by
         # ``created``) wins; a key rarely holds more than a few.
         for path in sorted(self._json_files(self._key_dir(cell_id, key)), reverse=True):
@@ -960,14 +983,14 @@ class Store:
             raise problem
         return None
 
-    def _verified(self, paths: Iterable[Path]) -> Iterator[Manifest]:
+    def _verified(self, paths: Iterable[PurePath]) -> Iterator[Manifest]:
         for path in paths:
             try:
                 yield self._read(path)
             except (FileNotFoundError, StoreError):
                 continue
 
-    def _manifest_paths(self, cell_dirs: Iterable[Path]) -> Iterator[Path]:
+    def _manifest_paths(self, cell_dirs: Iterable[PurePath]) -> Iterator[PurePath]:
         for cdir in cell_dirs:
             try:
                 keys = sorted(os.listdir(cdir))
@@ -976,7 +999,7 @@ class Store:
             for k in keys:
                 yield from self._json_files(cdir / k)
 
-    def _all_cell_dirs(self) -> list[Path]:
+    def _all_cell_dirs(self) -> list[PurePath]:
         base = self.root / "manifests"
         try:
             return [base / n for n in sorted(os.listdir(base))]
@@ -1256,7 +1279,7 @@ class Store:
             for path in self._manifest_paths(self._all_cell_dirs()):
                 rel = self._rel(path)
                 try:
-                    doc = manifest._parse(path.read_bytes(), rel)
+                    doc = manifest._parse(Path(path).read_bytes(), rel)
                     doc.pop("signature", None)
                     m = manifest._build(doc, path, rel)
                 except FileNotFoundError:

@@ -15,7 +15,15 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { Kernel, KernelMessage, ServerConnection } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { Details, RestoreResult, Snapshot, Summary, TimelineEvent } from './types';
+import {
+  CellOutcome,
+  Details,
+  RestoreResult,
+  RunAllPlan,
+  Snapshot,
+  Summary,
+  TimelineEvent
+} from './types';
 
 export const COMM_TARGET = 'ipy_resume';
 
@@ -52,6 +60,7 @@ export class KernelChannel {
   private pending = new Map<number, Pending>();
   private closedByKernel = false;
   private _changed = new Signal<this, ChangedMessage>(this);
+  private _outcome = new Signal<this, CellOutcome>(this);
   private _closed = new Signal<this, void>(this);
   private _disposed = false;
 
@@ -61,6 +70,11 @@ export class KernelChannel {
 
   get changed(): ISignal<this, ChangedMessage> {
     return this._changed;
+  }
+
+  /** One `%%checkpoint` run's outcome, for its cell's badge (after `badges(true)`). */
+  get outcome(): ISignal<this, CellOutcome> {
+    return this._outcome;
   }
 
   get closed(): ISignal<this, void> {
@@ -112,6 +126,19 @@ export class KernelChannel {
     return this.request<RestoreResult>({ request: 'restore', target });
   }
 
+  /**
+   * Tell the kernel this front end draws cell badges: it stops writing status lines
+   * and pushes outcomes. The answer carries the outcomes of cells that ran before.
+   */
+  badges(on: boolean): Promise<{ badges: boolean; outcomes: CellOutcome[] }> {
+    return this.request({ request: 'badges', on });
+  }
+
+  /** What Run All of these code cells would restore and execute; nothing runs. */
+  plan(cells: { source: string; id: string }[]): Promise<RunAllPlan> {
+    return this.request<RunAllPlan>({ request: 'plan', cells });
+  }
+
   request<T>(content: Record<string, unknown>): Promise<T> {
     const comm = this.comm;
     if (!comm || this.closedByKernel || this._disposed) {
@@ -150,6 +177,10 @@ export class KernelChannel {
   private onMessage(data: Record<string, unknown>): void {
     if (data.event === 'changed') {
       this._changed.emit(data as unknown as ChangedMessage);
+      return;
+    }
+    if (data.event === 'outcome') {
+      this._outcome.emit(data as unknown as CellOutcome);
       return;
     }
     const id = data.id as number | undefined;

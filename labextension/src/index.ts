@@ -11,6 +11,7 @@ import {
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { CellBadges } from './badges';
 import { TimelineModel } from './model';
 import { TimelinePanel } from './panel';
 import { ITimelineModel, PANEL_ID, PLUGIN_ID } from './tokens';
@@ -53,6 +54,9 @@ const plugin: JupyterFrontEndPlugin<ITimelineModel> = {
 
     tracker.currentChanged.connect((_, current) => model.setNotebook(current));
     model.setNotebook(tracker.currentWidget);
+
+    // Badges on %%checkpoint cells, in place of the kernel's status lines.
+    new CellBadges(tracker, model, () => app.shell.activateById(PANEL_ID));
 
     app.commands.addCommand('ipy-resume:open-timeline', {
       label: 'Show Checkpoint Timeline',

@@ -12,12 +12,52 @@
 
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
+import { JSONObject } from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { ChangedMessage, KernelChannel, fetchDetails, fetchSnapshot } from './client';
 import { shortId } from './format';
 import { ITimelineModel } from './tokens';
-import { DetailsState, Notice, Snapshot, Status, TimelineEvent, ViewState } from './types';
+import {
+  CellOutcome,
+  DetailsState,
+  Notice,
+  PlannedCell,
+  PlanState,
+  Snapshot,
+  Status,
+  TimelineEvent,
+  ViewState
+} from './types';
+
+/** What one cell's badge shows: a run's outcome, or a plan's verdict (pending). */
+export type BadgeInfo =
+  | { kind: 'outcome'; outcome: CellOutcome }
+  | { kind: 'plan'; planned: PlannedCell }
+  | { kind: 'error'; cellId: string };
+
+/** Metadata the panel adds to every execute request of a notebook kernel. */
+export const BADGES_FLAG = 'ipy_resume_badges';
+const FLAGGED = Symbol('ipy-resume-flagged');
+
+/**
+ * Flag every execution of `kernel` as coming from a front end that draws badges, so a
+ * cell queued before the comm opens (Run All right after `%load_ext`) writes no status
+ * line either. Idempotent; a kernel restart keeps the same connection and the flag.
+ */
+export function flagExecutions(kernel: Kernel.IKernelConnection): void {
+  const target = kernel as unknown as Record<symbol, boolean> & Kernel.IKernelConnection;
+  if (target[FLAGGED]) {
+    return;
+  }
+  const original = kernel.requestExecute.bind(kernel);
+  (target as any).requestExecute = (
+    content: KernelMessage.IExecuteRequestMsg['content'],
+    disposeOnDone?: boolean,
+    metadata?: JSONObject
+  ) => original(content, disposeOnDone, { ...(metadata ?? {}), [BADGES_FLAG]: true });
+  target[FLAGGED] = true;
+}
 
 // 'starting' is all a page sees when another client restarts the kernel.
 const OFFLINE_STATUSES = new Set<string>([
@@ -58,6 +98,103 @@ export class TimelineModel implements ITimelineModel {
   private loaded = false;
   private executing = false;
   private generation = 0;
+  private plan: PlanState = { state: 'none' };
+  private badges = new WeakMap<NotebookPanel, Map<string, BadgeInfo>>();
+  private _badgesChanged = new Signal<this, NotebookPanel>(this);
+
+  /** Fires with the notebook whose cell badges changed. */
+  get badgesChanged(): ISignal<this, NotebookPanel> {
+    return this._badgesChanged;
+  }
+
+  get planState(): PlanState {
+    return this.plan;
+  }
+
+  get notebook(): NotebookPanel | null {
+    return this.panel;
+  }
+
+  /** The badges of `panel`'s cells, by notebook cell id. Never saved in the notebook. */
+  badgesOf(panel: NotebookPanel): Map<string, BadgeInfo> {
+    let map = this.badges.get(panel);
+    if (!map) {
+      map = new Map();
+      this.badges.set(panel, map);
+    }
+    return map;
+  }
+
+  setBadge(panel: NotebookPanel, cellId: string, info: BadgeInfo | null): void {
+    const map = this.badgesOf(panel);
+    if (info) {
+      map.set(cellId, info);
+    } else if (!map.delete(cellId)) {
+      return;
+    }
+    this._badgesChanged.emit(panel);
+  }
+
+  /** Ask the kernel what Run All would do; marks each planned cell with a pending badge. */
+  async planRunAll(): Promise<void> {
+    const panel = this.panel;
+    const channel = this.channel;
+    if (!panel || !channel?.isOpen || !this.loaded) {
+      this.plan = { state: 'error', error: 'A plan needs a live kernel with ipy_resume loaded.' };
+      this.emit();
+      return;
+    }
+    this.plan = { state: 'planning' };
+    this.emit();
+    const cells = panel.content.widgets
+      .filter(cell => cell.model.type === 'code')
+      .map(cell => ({ source: cell.model.sharedModel.getSource(), id: cell.model.id }));
+    try {
+      const plan = await channel.plan(cells);
+      if (panel !== this.panel) {
+        return;
+      }
+      this.plan = { state: 'ready', plan };
+      const map = this.badgesOf(panel);
+      for (const planned of plan.cells) {
+        if (planned.cell && planned.cell_id !== null) {
+          map.set(planned.cell, { kind: 'plan', planned });
+        }
+      }
+      this._badgesChanged.emit(panel);
+    } catch (err) {
+      this.plan = { state: 'error', error: (err as Error).message };
+    }
+    this.emit();
+  }
+
+  clearPlan(): void {
+    const panel = this.panel;
+    this.plan = { state: 'none' };
+    if (panel) {
+      const map = this.badgesOf(panel);
+      for (const [id, info] of [...map]) {
+        if (info.kind === 'plan') {
+          map.delete(id);
+        }
+      }
+      this._badgesChanged.emit(panel);
+    }
+    this.emit();
+  }
+
+  /** Select the newest timeline row of a badge's checkpoint (or CELL_ID). */
+  selectOutcome(outcome: CellOutcome): boolean {
+    const events = this.snapshot?.events ?? [];
+    for (let i = events.length - 1; i >= 0; i--) {
+      const e = events[i];
+      if (outcome.checkpoint_id ? e.checkpoint_id === outcome.checkpoint_id : e.cell_id === outcome.cell_id) {
+        this.select(e.seq);
+        return true;
+      }
+    }
+    return false;
+  }
 
   get stateChanged(): ISignal<ITimelineModel, ViewState> {
     return this._stateChanged;
@@ -90,6 +227,7 @@ export class TimelineModel implements ITimelineModel {
       this.panel.disposed.disconnect(this.onPanelDisposed, this);
     }
     this.panel = panel;
+    this.plan = { state: 'none' };
     this.snapshot = null;
     this.selected = null;
     this.details = { state: 'none' };
@@ -268,6 +406,9 @@ export class TimelineModel implements ITimelineModel {
     this.kernel = kernel;
     this.executing = false;
     kernel?.iopubMessage.connect(this.onIopub, this);
+    if (kernel) {
+      flagExecutions(kernel);
+    }
     if (!kernel) {
       this.setStatus('no-kernel');
       if (this.panel) {
@@ -305,6 +446,14 @@ export class TimelineModel implements ITimelineModel {
     }
     this.loaded = true;
     channel.changed.connect(this.onChanged, this);
+    const panel = this.panel;
+    channel.outcome.connect((_, outcome) => this.onOutcome(panel, outcome));
+    // Badges from now on: the kernel stops writing status lines and pushes outcomes,
+    // and answers with those of cells that ran before the channel opened.
+    channel.badges(true).then(
+      answer => answer.outcomes.forEach(outcome => this.onOutcome(panel, outcome)),
+      () => undefined
+    );
     channel.closed.connect(() => {
       if (generation === this.generation) {
         this.loaded = false;
@@ -362,6 +511,12 @@ export class TimelineModel implements ITimelineModel {
       this.merge(delta.events, delta);
     } catch {
       // The next push or refresh brings it; a failed catch-up is not news.
+    }
+  }
+
+  private onOutcome(panel: NotebookPanel | null, outcome: CellOutcome): void {
+    if (panel && outcome.cell) {
+      this.setBadge(panel, outcome.cell, { kind: 'outcome', outcome });
     }
   }
 

@@ -5,7 +5,7 @@
 import { Token } from '@lumino/coreutils';
 import { ISignal } from '@lumino/signaling';
 
-import { TimelineEvent, ViewState } from './types';
+import { PlanState, TimelineEvent, ViewState } from './types';
 
 export interface ITimelineModel {
   /** Fires whenever anything the views draw has changed. */
@@ -15,6 +15,10 @@ export interface ITimelineModel {
   restore(event: TimelineEvent): Promise<void>;
   goToCell(event: TimelineEvent): Promise<boolean>;
   refresh(): Promise<void>;
+  /** The last Plan Run All, for the panel. */
+  readonly planState: PlanState;
+  planRunAll(): Promise<void>;
+  clearPlan(): void;
 }
 
 export const ITimelineModel = new Token<ITimelineModel>(

@@ -130,3 +130,48 @@ export const EMPTY_SUMMARY: Summary = {
   hit_rate: 0,
   time_saved: 0
 };
+
+/** One `%%checkpoint` run, pushed by a kernel that knows the front end draws badges. */
+export interface CellOutcome {
+  event: 'outcome';
+  /** The notebook cell id (`cellId` of the execute request); null outside a notebook. */
+  cell: string | null;
+  /** The CELL_ID of `%%checkpoint CELL_ID`. */
+  cell_id: string;
+  label: string | null;
+  outcome: Outcome | string;
+  duration: number;
+  saved: number;
+  checkpoint_id: string | null;
+  short_id: string | null;
+  names: string[];
+  /** Why the cell executed instead of restoring (what `--explain` says). */
+  reason: string;
+  detail: string;
+}
+
+/** One code cell's verdict in a plan for Run All. */
+export interface PlannedCell {
+  position: number;
+  cell: string | null;
+  cell_id: string | null;
+  label: string;
+  verdict: 'restore' | 'execute' | 'unknown' | 'runs' | string;
+  reason: string;
+  saves: number;
+  checkpoint_id: string | null;
+  short_id: string | null;
+}
+
+export interface RunAllPlan {
+  cells: PlannedCell[];
+  saved: number;
+  text: string;
+}
+
+/** What the panel shows of the last plan, or why there is none. */
+export type PlanState =
+  | { state: 'none' }
+  | { state: 'planning' }
+  | { state: 'ready'; plan: RunAllPlan }
+  | { state: 'error'; error: string };

@@ -1,0 +1,216 @@
+"""The byte-level interface every store sits on, and its local-folder implementation.
+
+A backend is a small key/value interface in the spirit of zarr v3's ``abc/store.py``:
+string keys (``"objects/ab/cdef…"``, ``"manifests/train/<key>/<id>.json"``), never paths,
+and a handful of primitives:
+
+=================  ======================================================================
+``get``            the bytes of a key, or of a byte range of it
+``read_into``      fill a caller's buffer (large blobs, no extra copy where possible)
+``put``            write a key whole (atomically: a reader sees old or new, never a mix)
+``put_if_absent``  create a key only if it does not exist; exactly one racer wins
+``list``           every key under a prefix, with its size and modification time
+``delete``         remove a key (a missing key is fine)
+``stat``           size and modification time of one key, or None
+=================  ======================================================================
+
+Capability flags say what else a backend can do: ``file_locks`` (``flock`` on the
+store's folder, so ``gc`` and saves exclude each other), ``atomic_rename``.  Generic
+operations (``exists``, ``copy``, ``age``) are written once on top of the primitives.
+
+:class:`LocalBackend` is a folder, written through :mod:`.fsio` (temp file, fsync,
+``os.replace``/``os.link``, folder fsync), so it keeps every guarantee the local store
+gives.  The object-store implementation is :class:`.objects.FsspecBackend`.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ipy_resume.store import fsio
+
+__all__ = ["Backend", "LocalBackend", "ObjectInfo", "Sink"]
+
+Sink = Callable[[int, memoryview], None]
+"""Called with ``(offset, piece)`` as the pieces of a read arrive."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One key of a backend: its ``size`` in bytes and ``modified`` time (epoch seconds)."""
+
+    key: str
+    size: int
+    modified: float
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds since the object was last written.
+
+        >>> ObjectInfo("k", 1, 100.0).age(now=160.0)
+        60.0
+        """
+        return (time.time() if now is None else now) - self.modified
+
+
+class Backend(abc.ABC):
+    """Byte-level primitives under string keys; see the module docstring."""
+
+    file_locks: bool = False
+    """The store's folder can be ``flock``-ed (saves and gc exclude each other)."""
+    atomic_rename: bool = False
+    """Keys can be renamed atomically (else a move is a copy plus a delete)."""
+
+    url: str = ""
+    """Where the backend points, for messages (never with credentials)."""
+
+    @abc.abstractmethod
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The bytes of *key* (``[start, end)`` when given); FileNotFoundError if missing."""
+
+    def read_into(self, key: str, out: memoryview, sink: Sink | None = None) -> int:
+        """Fill *out* from the start of *key*; returns the number of bytes read.
+
+        Reading stops at the end of *out* or of the object, whichever is first.  *sink*,
+        when given, is called with ``(offset, piece)`` for every piece as it arrives
+        (pieces may come out of order and from several threads): the blob cache fills
+        its file while a large download is still running.
+        """
+        data = self.get(key, 0, len(out))
+        out[: len(data)] = data
+        if sink is not None:
+            sink(0, out[: len(data)])
+        return len(data)
+
+    @abc.abstractmethod
+    def put(self, key: str, chunks: Iterable[Any], size: int | None = None) -> None:
+        """Write *key* as the concatenation of *chunks* (buffers), replacing it atomically."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create *key* with *data* unless it exists; True when this call created it."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every key under *prefix* (a folder-like prefix, ``""`` for all), any depth."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove *key*; a missing key is not an error."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ObjectInfo | None:
+        """Size and modification time of *key*, or None when it does not exist."""
+
+    # -- generic operations, written once on the primitives -------------------------------
+
+    def exists(self, key: str) -> bool:
+        """True when *key* exists."""
+        return self.stat(key) is not None
+
+    def copy(self, src: str, dst: str) -> None:
+        """Copy *src* to *dst* (objects are small where this is used: manifests, quarantine)."""
+        self.put(dst, [self.get(src)])
+
+    def move(self, src: str, dst: str) -> None:
+        """Copy then delete (a rename where the backend has one)."""
+        self.copy(src, dst)
+        self.delete(src)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and threads (optional)."""
+
+
+class LocalBackend(Backend):
+    """A folder; every write durable and atomic (see :mod:`.fsio`).
+
+    >>> b = LocalBackend("/tmp/doc-backend")  # doctest: +SKIP
+    >>> b.put_if_absent("manifests/x.json", b"{}"), b.put_if_absent("manifests/x.json", b"{}")
+    (True, False)
+    """
+
+    file_locks = True
+    atomic_rename = True
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.url = os.fspath(self.root)
+
+    def path(self, key: str) -> Path:
+        """The file of *key*."""
+        parts = key.split("/")
+        if not key or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"bad key {key!r}")
+        return self.root.joinpath(*parts)
+
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        with open(self.path(key), "rb") as f:
+            if start:
+                f.seek(start)
+            if end is None:
+                return f.read()
+            return f.read(max(0, end - (start or 0)))
+
+    def read_into(self, key: str, out: memoryview, sink: Sink | None = None) -> int:
+        with open(self.path(key), "rb", buffering=0) as f:
+            got = 0
+            while got < len(out):
+                n = f.readinto(out[got:])
+                if not n:
+                    break
+                got += n
+        if sink is not None:
+            sink(0, out[:got])
+        return got
+
+    def put(self, key: str, chunks: Iterable[Any], size: int | None = None) -> None:
+        path = self.path(key)
+        fsio.makedirs(path.parent)
+        with fsio.atomic_write(path) as f:
+            for chunk in chunks:
+                f.write(chunk)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self.path(key)
+        fsio.makedirs(path.parent)
+        try:
+            with fsio.atomic_write(path, exclusive=True) as f:
+                f.write(data)
+        except FileExistsError:
+            return False
+        return True
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        top = self.root / prefix if prefix else self.root
+        found: list[ObjectInfo] = []
+        for here, _dirs, names in os.walk(top):
+            for name in names:
+                if fsio.is_temp_name(name):
+                    continue  # an interrupted write, not a key
+                path = Path(here) / name
+                with contextlib.suppress(FileNotFoundError):
+                    st = path.stat()
+                    key = path.relative_to(self.root).as_posix()
+                    found.append(ObjectInfo(key, st.st_size, st.st_mtime))
+        yield from sorted(found, key=lambda o: o.key)  # in key order, as object stores list
+
+    def delete(self, key: str) -> None:
+        fsio.remove(self.path(key))
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        try:
+            st = self.path(key).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def move(self, src: str, dst: str) -> None:
+        target = self.path(dst)
+        fsio.makedirs(target.parent)
+        fsio.move(self.path(src), target)

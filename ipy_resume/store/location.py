@@ -1,0 +1,143 @@
+"""Where a store lives: a folder, or the URL of an object store (``s3://bucket/prefix``).
+
+Every entry point (``--store``, ``$IPY_RESUME_DIR``, the panel, the widget) turns what
+the user typed into a *location* with :func:`resolve`: an absolute :class:`~pathlib.Path`
+for a folder, or a normalised URL string for an object store.  A URL whose protocol
+needs a package that is not installed is refused here in one line naming the package,
+rather than taken for a folder called ``s3:``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ipy_resume.store.fsio import StoreError
+
+if TYPE_CHECKING:
+    from ipy_resume.store.store import Store
+
+__all__ = ["Location", "StoreURLError", "is_url", "key", "open_store", "resolve", "split_url"]
+
+Location = Path | str
+"""An absolute folder, or an object-store URL (always a ``str``)."""
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
+# the package each common protocol needs (fsspec's own table says the same for more)
+_PACKAGES = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+}
+# protocols that are folders on this machine in all but name
+_LOCAL = {"file", "local"}
+
+
+class StoreURLError(StoreError):
+    """A store URL that cannot be used: unknown protocol, missing package, no bucket."""
+
+
+def is_url(where: object) -> bool:
+    """True when *where* is written as ``protocol://…`` (a Path never is).
+
+    >>> is_url("s3://bucket/team"), is_url("/data/store"), is_url("C:/x")
+    (True, False, False)
+    """
+    return isinstance(where, str) and _URL.match(where) is not None
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """``(protocol, rest)`` of a store URL, the protocol in lower case.
+
+    >>> split_url("S3://bucket/team/")
+    ('s3', 'bucket/team')
+    """
+    match = _URL.match(url)
+    if match is None:
+        raise StoreURLError(f"{url!r} is not a store URL (protocol://bucket/prefix)")
+    return match.group(1).lower(), match.group(2).strip("/")
+
+
+def _check_protocol(protocol: str, url: str) -> None:
+    package = _PACKAGES.get(protocol)
+    try:
+        import fsspec
+    except ImportError:
+        raise StoreURLError(
+            f"the store {url} needs fsspec{' and ' + package if package else ''}: "
+            f"pip install 'ipy_resume[s3]'{' ' + package if package and package != 's3fs' else ''}"
+        ) from None
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError:
+        package = package or protocol + "fs"
+        raise StoreURLError(
+            f"the store {url} needs the package {package}, which is not installed: "
+            f"pip install {package}"
+        ) from None
+    except ValueError:
+        raise StoreURLError(
+            f"the store {url} has an unknown protocol '{protocol}://'; use a folder or a "
+            "URL such as s3://bucket/prefix"
+        ) from None
+
+
+def resolve(where: str | os.PathLike[str] | None, base: Path | None = None) -> Location:
+    """The location of the store *where* names (relative folders against *base* or the cwd).
+
+    >>> resolve("s3://bucket/team/")
+    's3://bucket/team'
+    >>> resolve("store", base=Path("/srv"))
+    PosixPath('/srv/store')
+    """
+    if where is None:
+        raise ValueError("no store given")
+    if isinstance(where, str) and is_url(where):
+        protocol, rest = split_url(where)
+        if where.split("://", 1)[1].startswith("/") and protocol not in _LOCAL:
+            rest = ""  # s3:///prefix: the bucket is missing
+        if protocol in _LOCAL:
+            return resolve("/" + rest.lstrip("/"))
+        url = f"{protocol}://{rest}"
+        if not rest.split("/")[0]:
+            raise StoreURLError(
+                f"the store {where} names no bucket: use {protocol}://bucket/prefix"
+            )
+        _check_protocol(protocol, url)
+        return url
+    path = Path(where).expanduser()
+    if base is not None and not path.is_absolute():
+        path = base / path
+    return path.resolve()
+
+
+def key(where: str | os.PathLike[str]) -> str:
+    """A string that is equal for every spelling of one store (a dict key for engines).
+
+    >>> key("s3://b/t/") == key("s3://b/t")
+    True
+    """
+    return str(resolve(where))
+
+
+def open_store(where: str | os.PathLike[str], key: bytes | None = None) -> Store:
+    """The store at *where*: a folder or an object-store URL.
+
+    >>> open_store("/tmp/doc-store")  # doctest: +SKIP
+    Store('/tmp/doc-store')
+    >>> open_store("s3://bucket/team")  # doctest: +SKIP
+    RemoteStore('s3://bucket/team')
+    """
+    location = resolve(where)
+    if isinstance(location, str):
+        from ipy_resume.store.remote import RemoteStore
+
+        return RemoteStore(location, key=key)
+    from ipy_resume.store.store import Store
+
+    return Store(location, key=key)

@@ -1,0 +1,477 @@
+"""A checkpoint store in an object store: :class:`RemoteStore` (``s3://bucket/prefix``).
+
+The layout is the local one, as keys under the prefix::
+
+    store.json                          {"format", "created", "seed_base", "check"}
+    objects/ab/cdef…                    content-addressed blobs, immutable
+    manifests/<cell-dir>/<key>/<id>.json signed manifests, created with put-if-absent
+    events/<ms>-<event id>.json         the timeline, one immutable object per event
+    leases/<id>.json                    saves in progress (see "gc" below)
+    gc/<id>.json                        a gc deleting blobs
+    quarantine/                         what failed verification
+
+What the local store gets from ``fsync``/``rename``/``flock`` comes from the object
+store's own guarantees here:
+
+* **Atomic objects.** A PUT (or a completed multipart upload) is visible whole or not
+  at all, so a blob is never half-written; a save killed mid-upload leaves no object.
+* **The manifest is the commit point**, written last with a conditional put
+  (``If-None-Match: *``): two writers never overwrite each other, and a crash before
+  it leaves no checkpoint (only unreferenced blobs, which ``gc`` removes).
+* **Nothing is trusted before it verifies.**  Manifests are HMAC-checked under the
+  user's key (never kept in the bucket), every blob against the manifest's checksum,
+  before any byte reaches ``pickle.loads``, including blobs from the local cache.
+* **gc and saves exclude each other without a lock** (there is no ``flock`` on a
+  bucket), by two-phase marking: a save writes a lease, then looks for a gc marker
+  (and waits while one is there); gc writes its marker, then looks for leases, and
+  deletes no blob while a live one exists.  With the strong read-after-write
+  consistency of S3, at least one of them sees the other, so gc never deletes a blob
+  a concurrent save found and decided to reuse.  Leases of dead processes (same host)
+  or older than the grace period are stale and ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path, PurePath, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from ipy_resume.store import blobs, info, manifest
+from ipy_resume.store.backend import Backend, ObjectInfo
+from ipy_resume.store.blobcache import BlobCache
+from ipy_resume.store.blobs import algo_of, aligned_empty, new_hasher
+from ipy_resume.store.fsio import (
+    CorruptBlob,
+    FormatTooNew,
+    ManifestError,
+    MissingBlob,
+    SaveError,
+    StoreError,
+)
+from ipy_resume.store.lock import StoreLocked
+from ipy_resume.store.manifest import Manifest
+from ipy_resume.store.remote_backend import FsspecBackend, RemoteError
+from ipy_resume.store.store import STORE_FORMAT_VERSION, Store
+
+__all__ = ["LEASE_STALE", "RemoteBlobs", "RemoteStore"]
+
+LEASE_STALE = 3600.0
+"""A lease (a save in progress) older than this is taken as left by a dead process."""
+GC_MARKER_STALE = 900.0
+"""A gc marker older than this no longer holds saves back."""
+_HOST = socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, not ours
+    return True
+
+
+def marker(purpose: str) -> bytes:
+    """The content of a lease or gc marker: who wrote it and when."""
+    doc = {"host": _HOST, "pid": os.getpid(), "created": time.time(), "purpose": purpose}
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+def stale(backend: Backend, obj: ObjectInfo, older_than: float, now: float) -> bool:
+    """True when the lease or marker *obj* was left by a dead process or is too old."""
+    if obj.age(now) >= older_than:
+        return True
+    try:
+        doc = json.loads(backend.get(obj.key))
+    except (FileNotFoundError, ValueError):
+        return True
+    if isinstance(doc, dict) and doc.get("host") == _HOST and isinstance(doc.get("pid"), int):
+        return not _alive(doc["pid"])
+    return False
+
+
+class RemoteBlobs:
+    """``objects/`` and ``quarantine/`` of a remote store, with a local read-through cache.
+
+    The same interface as :class:`.blobs.BlobStore`, on string keys.
+    """
+
+    def __init__(self, backend: Backend, cache: BlobCache | None) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.objects = PurePosixPath("objects")
+        self.quarantine_dir = PurePosixPath("quarantine")
+
+    def key(self, address: str) -> str:
+        if not blobs.valid_address(address):
+            raise ValueError(f"bad blob address {address!r}")
+        return f"objects/{address[:2]}/{address[2:]}"
+
+    def path(self, address: str) -> PurePosixPath:
+        return PurePosixPath(self.key(address))
+
+    def relpath(self, address: str) -> str:
+        return self.key(address)
+
+    def has(self, address: str) -> bool:
+        return self.backend.exists(self.key(address))
+
+    def exists(self, address: str, size: int) -> bool:
+        found = self.backend.stat(self.key(address))
+        return found is not None and found.size == size
+
+    def put(
+        self,
+        address: str,
+        chunks: Iterable[Any],
+        size: int,
+        *,
+        touch: bool = False,
+        verify: bool = False,
+    ) -> int:
+        """Upload a blob unless an object of its size is there already; bytes uploaded."""
+        if (
+            verify
+            and self.exists(address, size)
+            and self.check(address, algo_of(address), address, size) is not None
+        ):
+            self.quarantine(address)
+        if self.exists(address, size):
+            return 0  # content-addressed: the same bytes (checked when they are read)
+        self.backend.put(self.key(address), chunks, size)
+        return size
+
+    def _fetch(self, address: str, size: int, sink: Any = None) -> tuple[np.ndarray, int]:
+        buf = aligned_empty(size)
+        if size == 0:
+            return buf, 0
+        got = self.backend.read_into(self.key(address), buf.data, sink=sink)
+        return buf, got
+
+    def read(
+        self, address: str, algo: str, checksum: str, size: int, *, context: str
+    ) -> np.ndarray:
+        """The verified bytes of a blob: from the cache when a copy there verifies."""
+        if self.cache is not None:
+            cached = self.cache.read(address, algo, checksum, size)
+            if cached is not None:
+                return cached
+        rel = self.key(address)
+        entry = self.cache.writer(address, size) if self.cache is not None else None
+        try:
+            try:
+                buf, got = self._fetch(address, size, None if entry is None else entry.piece)
+            except FileNotFoundError:
+                raise MissingBlob(
+                    f"{context} cannot be restored: {rel} is missing; it will be recomputed. "
+                    "Run 'ipy-resume verify' to list others.",
+                    path=rel,
+                    reason="missing",
+                ) from None
+            problem = None
+            if got < size:
+                problem = f"is truncated ({got} of {size} bytes)"
+            else:
+                h = new_hasher(algo)
+                h.update(buf.data)
+                if h.hexdigest() != checksum:
+                    problem = "failed its checksum"
+        except BaseException:
+            if entry is not None:
+                entry.abandon()
+            raise
+        if problem is None:
+            if entry is not None:
+                entry.commit()
+            return buf
+        if entry is not None:
+            entry.abandon()
+        moved = self.quarantine(address)
+        where = "it was moved to quarantine/ and" if moved else "it"
+        raise CorruptBlob(
+            f"{context} is corrupt: {rel} {problem}; {where} will be recomputed. "
+            "Run 'ipy-resume verify' to list others.",
+            path=rel,
+            reason=problem,
+        )
+
+    def check(self, address: str, algo: str, checksum: str, size: int) -> str | None:
+        """Verify the object in the store itself (not the cache); None when sound."""
+        found = self.backend.stat(self.key(address))
+        if found is None:
+            return "is missing"
+        if found.size != size:
+            if found.size < size:
+                return f"is truncated ({found.size} of {size} bytes)"
+            return f"has the wrong size ({found.size} bytes, expected {size})"
+        buf, got = self._fetch(address, size)
+        if got < size:
+            return f"is truncated ({got} of {size} bytes)"
+        h = new_hasher(algo)
+        h.update(buf.data)
+        return None if h.hexdigest() == checksum else "failed its checksum"
+
+    def quarantine(self, address: str, only: Any = None) -> str | None:
+        """Move a bad blob to ``quarantine/`` (and out of the cache); its new key."""
+        if self.cache is not None:
+            self.cache.drop(address)
+        name = f"quarantine/{address}.{int(time.time() * 1000)}.{secrets.token_hex(3)}"
+        try:
+            self.backend.move(self.key(address), name)
+        except (FileNotFoundError, StoreError, OSError):
+            return None
+        return name
+
+
+class RemoteStore(Store):
+    """A checkpoint store at an object-store URL; the same API as :class:`Store`.
+
+    >>> store = RemoteStore("s3://bucket/team")  # doctest: +SKIP
+    >>> store.save("train", "k1", {"x": 1}).manifest.cell_id  # doctest: +SKIP
+    'train'
+    """
+
+    lease_stale: float = LEASE_STALE
+
+    def __init__(
+        self,
+        url: str,
+        key: bytes | None = None,
+        *,
+        backend: Backend | None = None,
+        cache: BlobCache | None = None,
+    ) -> None:
+        self.url = url
+        self.backend = FsspecBackend(url) if backend is None else backend
+        super().__init__(Path("/"), key=key)  # root is never used as a folder here
+        self.root = PurePosixPath(".")  # type: ignore[assignment]
+        self.blobs = RemoteBlobs(self.backend, BlobCache() if cache is None else cache)  # type: ignore[assignment]
+        self._listed: dict[str, ObjectInfo] = {}  # key -> as last listed
+        self._read_meta: dict[str, ObjectInfo] = {}  # key -> as listed when last read
+
+    def __repr__(self) -> str:
+        return f"RemoteStore({self.url!r})"
+
+    @property
+    def location(self) -> Path | str:
+        return self.url
+
+    def exists(self) -> bool:
+        return self.backend.exists(info.FILE) or any(True for _ in self.backend.list("manifests"))
+
+    # -- store.json ------------------------------------------------------------------------
+
+    def _info_copies(self) -> tuple[info.Copy, info.Copy]:
+        def one(name: str) -> info.Copy:
+            try:
+                return info.decode_copy(name, self.backend.get(name))
+            except FileNotFoundError:
+                return info.Copy(name, "missing")
+
+        return one(info.FILE), one(info.BACKUP)
+
+    def _resolve_info(self, *, heal: bool) -> dict[str, Any]:
+        primary, backup = self._info_copies()
+        for copy in (primary, backup):
+            if copy.doc is not None and copy.doc["format"] > STORE_FORMAT_VERSION:
+                raise FormatTooNew(
+                    f"the store {self.url} has format {copy.doc['format']}, but this "
+                    f"ipy_resume reads format {STORE_FORMAT_VERSION} at most; upgrade "
+                    "ipy_resume or use another store",
+                    path=copy.name,
+                    found=copy.doc["format"],
+                    supported=STORE_FORMAT_VERSION,
+                )
+        doc = next((c.doc for c in (primary, backup) if c.doc is not None), None)
+        if doc is None:
+            found = self.manifests()
+            if found:
+                doc = info.recover((m.created, m.seed_base) for m in found)
+        if not heal:
+            return doc if doc is not None else {}
+        if doc is None:
+            if isinstance(self.backend, FsspecBackend):
+                self.backend.check_bucket()  # a missing bucket is told as such, in one line
+            self.backend.put_if_absent(info.FILE, info.encode(info.new(manifest.now_iso())))
+            primary = self._info_copies()[0]
+            if primary.doc is None:
+                raise ManifestError(
+                    f"{info.FILE} in {self.url} could not be created "
+                    f"({primary.problem or primary.state})",
+                    path=info.FILE,
+                )
+            doc = primary.doc
+        wanted = info.encode(doc)
+        for copy in (primary, backup):
+            if copy.data != wanted:
+                with contextlib.suppress(OSError, StoreError):
+                    self.backend.put(copy.name, [wanted])
+        return {k: v for k, v in doc.items() if k != "check"}
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def _rel(self, path: PurePath | str | None) -> str:
+        if path is None:
+            return self.url
+        return PurePosixPath(path).as_posix()
+
+    # -- saving ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _saving(self) -> Iterator[bool]:
+        """A lease for the duration of the save; waits while a gc is deleting blobs."""
+        lease = f"leases/{manifest.new_checkpoint_id()}.json"
+        self.backend.put(lease, [marker("save")])
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            while self._gc_running():
+                if time.monotonic() > deadline:
+                    raise StoreLocked(
+                        f"a gc of {self.url} has been deleting blobs for over "
+                        f"{self.lock_timeout:.0f} s",
+                        path="gc/",
+                    )
+                time.sleep(0.2)
+            yield False
+        finally:
+            with contextlib.suppress(OSError, StoreError):
+                self.backend.delete(lease)
+
+    def _gc_running(self) -> bool:
+        now = time.time()
+        return any(
+            not stale(self.backend, obj, GC_MARKER_STALE, now) for obj in self.backend.list("gc")
+        )
+
+    def _commit(
+        self, m: Manifest, writer: Any, dirs: set[Path] | None = None, quiet: bool = False
+    ) -> int:
+        # *dirs* and *quiet* serve the local store's group commit; a bucket has no folders
+        folder = self._key_dir(m.cell_id, m.key)
+        for _attempt in range(20):
+            path = folder / f"{m.id}.json"
+            data = manifest.encode(m, self.key)
+            writer.current = path
+            if not self.backend.put_if_absent(self._rel(path), data):
+                m.id = manifest.new_checkpoint_id()  # same id from another writer
+                continue
+            m.path = path
+            writer.current = None
+            if self._id_cache is not None:
+                self._id_cache[1].add(m.id)
+            return len(data)
+        raise SaveError(f"could not find a free checkpoint id in {self.url}", path=str(folder))
+
+    def save(self, cell_id: str, key: str, values: Any, **kwargs: Any) -> Any:
+        try:
+            return super().save(cell_id, key, values, **kwargs)
+        except RemoteError as exc:
+            raise self._save_error(cell_id, exc, None) from exc
+
+    def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
+        cell = " ".join(cell_id.split())
+        if isinstance(exc, RemoteError):
+            return SaveError(
+                f"could not save checkpoint '{cell}': {exc}; nothing was committed and the "
+                "values are still in memory.",
+                path=exc.path,
+            )
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return SaveError(
+            f"could not save checkpoint '{cell}': {reason} while writing {self._rel(where)} in "
+            f"{self.url}; nothing was committed and the values are still in memory. Check the "
+            "store, then run the cell again.",
+            path=self._rel(where),
+        )
+
+    def _retire(self, paths: Iterable[PurePath]) -> None:
+        for path in paths:
+            rel = self._rel(path)
+            name = f"quarantine/{rel.replace('/', '.')}.{int(time.time() * 1000)}"
+            with contextlib.suppress(OSError, StoreError):
+                self.backend.move(rel, name)
+
+    # -- finding ---------------------------------------------------------------------------
+
+    def _read(self, path: PurePath) -> Manifest:
+        rel = self._rel(path)
+        listed = self._listed.get(rel)
+        known = self._read_cache.get(path)
+        if known is not None and listed is not None and self._read_meta.get(rel) == listed:
+            return known[1]  # manifests are immutable; trust rewrites them (a new listing)
+        data = self.backend.get(rel)
+        m = manifest.decode(data, self.key, rel=rel, store=self.url, path=path)
+        if len(self._read_cache) >= 50_000:
+            self._read_cache.clear()
+            self._read_meta.clear()
+        self._read_cache[path] = (data, m)
+        if listed is not None:
+            self._read_meta[rel] = listed
+        return m
+
+    def _listing(self, prefix: str) -> list[ObjectInfo]:
+        found = list(self.backend.list(prefix))
+        for obj in found:
+            self._listed[obj.key] = obj
+        return found
+
+    def _json_files(self, folder: PurePath) -> list[PurePath]:  # type: ignore[override]
+        top = self._rel(folder)
+        depth = top.count("/") + 1
+        return [
+            PurePosixPath(o.key)
+            for o in self._listing(top)
+            if o.key.endswith(".json") and o.key.count("/") == depth
+        ]
+
+    def _all_cell_dirs(self) -> list[PurePath]:
+        return [PurePosixPath("manifests")]
+
+    def _manifest_paths(self, cell_dirs: Iterable[PurePath]) -> Iterator[PurePath]:
+        for top in cell_dirs:
+            rel = self._rel(top)
+            # manifests/<cell-dir>/<key>/<id>.json, whatever level the listing starts at
+            for obj in self._listing(rel):
+                parts = obj.key.split("/")
+                if len(parts) == 4 and parts[0] == "manifests" and obj.key.endswith(".json"):
+                    yield PurePosixPath(obj.key)
+
+    # -- maintenance -----------------------------------------------------------------------
+
+    def journal(self) -> Any:
+        if self._journal is None:
+            from ipy_resume.store.remote_journal import RemoteJournal
+
+            self._journal = RemoteJournal(self)  # type: ignore[assignment]
+        return self._journal
+
+    def audit(self) -> Any:
+        from ipy_resume.store import remote_maintenance
+
+        return remote_maintenance.audit(self)
+
+    def trust(self, problems: list[str] | None = None) -> int:
+        from ipy_resume.store import remote_maintenance
+
+        return remote_maintenance.trust(self, problems)
+
+    def gc(
+        self,
+        *,
+        keep_last: int | None = None,
+        max_size: int | None = None,
+        grace: float | None = None,
+        timeout: float = 60.0,
+    ) -> Any:
+        from ipy_resume.store import remote_maintenance
+
+        return remote_maintenance.collect(self, keep_last=keep_last, max_size=max_size, grace=grace)

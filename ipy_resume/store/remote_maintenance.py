@@ -1,0 +1,337 @@
+"""``verify``, ``trust`` and ``gc`` of a store in a bucket (see :mod:`.remote`).
+
+They follow the local rules (:mod:`.audit`, :mod:`.retention`) on the keys of the
+bucket.  What differs is how ``gc`` keeps clear of concurrent saves: there is no
+``flock`` on a bucket, so it uses the two-phase marking described in :mod:`.remote`:
+
+1. write ``gc/<id>.json`` (saves that start now wait until it is gone);
+2. apply retention and delete manifests (never unsafe: a save never relies on another
+   checkpoint's manifest);
+3. list ``leases/``: while a live save holds one, no blob is deleted this time (the
+   report says so; the next ``gc`` removes them);
+4. otherwise list the manifests again (a save may have committed since step 2) and
+   delete every blob none of them references, older than the grace period;
+5. abort multipart uploads left by killed saves; empty ``quarantine/``;
+6. delete the marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from pathlib import PurePath, PurePosixPath
+from typing import TYPE_CHECKING
+
+from ipy_resume.store import blobs, manifest
+from ipy_resume.store.audit import Audit, Problem
+from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
+from ipy_resume.store.manifest import BlobRef, Manifest
+from ipy_resume.store.remote import GC_MARKER_STALE, marker, stale
+from ipy_resume.store.remote_backend import FsspecBackend
+from ipy_resume.store.retention import GcReport, _retain, _Scan
+
+if TYPE_CHECKING:
+    from ipy_resume.store.remote import RemoteStore
+
+__all__ = ["audit", "collect", "trust"]
+
+
+def _hint(store: RemoteStore) -> str:
+    return f"'ipy-resume gc --store {store.url}'"
+
+
+def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
+    """A manifest's blob list read without trusting it (no value is decoded)."""
+    try:
+        doc = manifest._parse(data, rel)
+        doc.pop("signature", None)
+        return manifest._build(doc, path, rel)
+    except StoreError:
+        return None
+
+
+def audit(store: RemoteStore) -> Audit:
+    """Check every object of the store; the local :func:`.audit.audit` on keys."""
+    found = Audit()
+    hint = _hint(store)
+    primary, backup = store._info_copies()
+    manifests = store._listing("manifests")
+    if primary.state == "missing" and not manifests:
+        return found
+    for copy in (primary, backup):
+        found.files_checked += copy.state != "missing"
+        if copy.state == "damaged":
+            found.problems.append(
+                Problem(
+                    copy.name,
+                    f"{copy.name} {copy.problem}; it is written again the next time a cell "
+                    f"runs (or by {hint})",
+                    "store-info",
+                )
+            )
+    refs: dict[str, list[Manifest]] = defaultdict(list)
+    expected: dict[str, BlobRef] = {}
+    for obj in manifests:
+        rel = obj.key
+        path = PurePosixPath(rel)
+        if not rel.endswith(".json") or len(path.parts) != 4:
+            found.problems.append(
+                Problem(rel, f"{rel} is not a checkpoint manifest; {hint} removes it", "stray")
+            )
+            found.strays.append(path)
+            continue
+        found.files_checked += 1
+        try:
+            m = store._read(path)
+        except FileNotFoundError:
+            continue
+        except StoreError as exc:
+            found.problems.append(Problem(rel, str(exc), "manifest"))
+            continue
+        if path != store._key_dir(m.cell_id, m.key) / path.name:
+            found.problems.append(
+                Problem(
+                    rel,
+                    f"{m.describe()} in {rel} is filed under the wrong cell or key; it is "
+                    "ignored. Move it back, or delete it.",
+                    "manifest",
+                )
+            )
+            continue
+        for ref in m.blob_refs():
+            refs[ref.blob].append(m)
+            expected.setdefault(ref.blob, ref)
+    present: dict[str, int] = {}
+    for obj in store.backend.list("objects"):
+        parts = obj.key.split("/")
+        address = "".join(parts[1:])
+        if len(parts) != 3 or not blobs.valid_address(address):
+            found.problems.append(
+                Problem(
+                    obj.key, f"{obj.key} is not a blob of this store; {hint} removes it", "stray"
+                )
+            )
+            found.strays.append(PurePosixPath(obj.key))
+            continue
+        present[address] = obj.size
+    for address, ref in sorted(expected.items()):
+        rel = store.blobs.relpath(address)
+        found.blobs_checked += 1
+        found.files_checked += 1
+        if address not in present:
+            problem: str | None = "is missing"
+        else:
+            problem = store.blobs.check(address, ref.algo, ref.checksum, ref.size)
+        if problem is None:
+            continue
+        found.bad_blobs[address] = problem
+        users = refs[address]
+        for m in users:
+            if m.path is not None:
+                found.broken.setdefault(m.path, []).append(address)
+        more = f" and {len(users) - 1} other checkpoint(s)" if len(users) > 1 else ""
+        found.problems.append(
+            Problem(
+                rel,
+                f"{rel} {problem}: it holds data of {users[0].describe()}{more}, which will "
+                f"execute again when next run and write it again; or {hint} removes the "
+                "checkpoint(s) now",
+                "blob",
+            )
+        )
+    quarantined = sum(1 for _ in store.backend.list("quarantine"))
+    if quarantined:
+        found.notes.append(
+            f"{quarantined} object(s) in quarantine/ (found damaged and set aside; nothing "
+            f"reads them): {hint} deletes them"
+        )
+    return found
+
+
+def trust(store: RemoteStore, problems: list[str] | None = None) -> int:
+    """Re-sign, under the user's key, every manifest whose blobs all verify."""
+    problems = [] if problems is None else problems
+    count = 0
+    for obj in store._listing("manifests"):
+        rel = obj.key
+        path = PurePosixPath(rel)
+        if not rel.endswith(".json") or len(path.parts) != 4:
+            continue
+        try:
+            data = store.backend.get(rel)
+        except FileNotFoundError:
+            continue
+        try:
+            doc = manifest._parse(data, rel)
+            doc.pop("signature", None)
+            m = manifest._build(doc, path, rel)
+        except StoreError as exc:
+            problems.append(f"not adopted: {exc}")
+            continue
+        bad = [
+            f"{store.blobs.relpath(r.blob)} {problem}"
+            for r in m.blob_refs()
+            if (problem := store.blobs.check(r.blob, r.algo, r.checksum, r.size))
+        ]
+        if bad:
+            problems.append(f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + ".")
+            continue
+        store.backend.put(rel, [manifest.encode(m, store.key)])
+        count += 1
+    store._read_cache.clear()
+    return count
+
+
+def _scan(store: RemoteStore) -> _Scan:
+    scan = _Scan()
+    for obj in store._listing("manifests"):
+        rel = obj.key
+        path = PurePosixPath(rel)
+        if not rel.endswith(".json") or len(path.parts) != 4:
+            continue
+        try:
+            data = store.backend.get(rel)
+        except FileNotFoundError:
+            continue
+        scan.sizes[path] = len(data)
+        try:
+            m = manifest.decode(data, store.key, rel=rel, store=store.url, path=path)
+        except FormatTooNew:
+            scan.newer.append(rel)
+            continue
+        except Untrusted:
+            scan.untrusted += 1
+            foreign = _foreign(data, rel, path)
+            if foreign is not None:
+                scan.pinned.update(r.blob for r in foreign.blob_refs())
+            continue
+        except ManifestError:
+            scan.unreadable.append(path)
+            continue
+        if path != store._key_dir(m.cell_id, m.key) / path.name:
+            scan.untrusted += 1
+            scan.pinned.update(r.blob for r in m.blob_refs())
+            continue
+        scan.trusted.append(m)
+    return scan
+
+
+def _referenced(store: RemoteStore) -> set[str] | None:
+    """Every blob any manifest of the store names now (trusted or not); None if unsure."""
+    out: set[str] = set()
+    for obj in store._listing("manifests"):
+        try:
+            data = store.backend.get(obj.key)
+        except FileNotFoundError:
+            continue
+        m = _foreign(data, obj.key, PurePosixPath(obj.key))
+        if m is None:
+            with contextlib.suppress(StoreError):
+                fmt = manifest._parse(data, obj.key).get("format")
+                if isinstance(fmt, int) and fmt > manifest.FORMAT_VERSION:
+                    return None  # a newer writer's blobs cannot be known
+            continue
+        out.update(r.blob for r in m.blob_refs())
+    return out
+
+
+def collect(
+    store: RemoteStore,
+    *,
+    keep_last: int | None = None,
+    max_size: int | None = None,
+    grace: float | None = None,
+) -> GcReport:
+    """Retention plus removal of unreferenced blobs, safe against concurrent saves."""
+    if keep_last is not None and keep_last < 1:
+        raise ValueError("--keep-last must be at least 1 (gc never removes every checkpoint)")
+    if max_size is not None and max_size < 0:
+        raise ValueError("--max-size must not be negative")
+    report = GcReport(locked=False)
+    backend = store.backend
+    if not store.exists():
+        return report
+    grace = store.lease_stale if grace is None else grace
+    found = store.audit()
+    with contextlib.suppress(StoreError):
+        store._resolve_info(heal=True)
+    gc_marker = f"gc/{manifest.new_checkpoint_id()}.json"
+    backend.put(gc_marker, [marker("gc")])
+    try:
+        now = time.time()
+        scan = _scan(store)
+        broken = {m.path for m in scan.trusted if m.path in found.broken}
+        scan.trusted = [m for m in scan.trusted if m.path not in broken]
+        blob_objects = {
+            "".join(o.key.split("/")[1:]): o
+            for o in backend.list("objects")
+            if len(o.key.split("/")) == 3
+        }
+        sizes = {a: o.size for a, o in blob_objects.items()}
+        kept, removed, notes = _retain(scan, keep_last, max_size, sizes)
+        report.notes.extend(notes)
+        report.untrusted_kept = scan.untrusted
+        for m in sorted(removed, key=manifest.order_key):
+            assert m.path is not None
+            backend.delete(store._rel(m.path))
+            report.removed_checkpoints.append((m.id, m.cell_id))
+            report.checkpoint_bytes += scan.sizes.get(m.path, 0)
+        for path in scan.unreadable:
+            backend.delete(store._rel(path))
+            report.removed_unreadable.append(store._rel(path))
+        for bad in sorted(str(p) for p in broken if p is not None):
+            backend.delete(bad)
+            report.removed_broken.append(bad)
+        for path in found.strays:
+            backend.delete(store._rel(path))
+            report.removed_strays.append(store._rel(path))
+        report.kept_checkpoints = len(kept)
+
+        # blobs: only with no save in flight (its lease), and against a fresh listing
+        live = []
+        for lease in backend.list("leases"):
+            # by its process (dead, on this host) or its age; never by --grace, which is
+            # about unreferenced blobs, not about saves still running
+            if stale(backend, lease, store.lease_stale, now):
+                backend.delete(lease.key)
+            else:
+                live.append(lease.key)
+        referenced = _referenced(store)
+        if live:
+            report.notes.append(
+                f"no blob was removed: {len(live)} save(s) in progress; run gc again later"
+            )
+        elif referenced is None or scan.newer:
+            report.notes.append(
+                "no blob was removed: a manifest has a newer format than this ipy_resume "
+                f"reads ({manifest.FORMAT_VERSION}); upgrade ipy_resume to collect it"
+            )
+        else:
+            for address, obj in sorted(blob_objects.items()):
+                if address in referenced or address in scan.pinned:
+                    continue
+                if grace > 0 and obj.age(now) < min(grace, 60.0):
+                    continue  # just written by a save that may not hold a lease yet
+                backend.delete(obj.key)
+                report.removed_blobs += 1
+                report.blob_bytes += obj.size
+        if isinstance(backend, FsspecBackend):
+            # With no live lease, every unfinished upload is a killed save's (a save that
+            # starts now waits for the marker): none can complete any more.
+            report.removed_temp += backend.abort_stale_uploads(older_than=grace if live else 0)
+        for obj in backend.list("quarantine"):
+            backend.delete(obj.key)
+            report.removed_quarantine += 1
+            report.quarantine_bytes += obj.size
+        for obj in backend.list("gc"):
+            if obj.key != gc_marker and stale(backend, obj, GC_MARKER_STALE, now):
+                backend.delete(obj.key)
+        final = referenced or set()
+        report.size_after = sum(sizes.get(a, 0) for a in final) + sum(
+            scan.sizes.get(m.path, 0) for m in kept if m.path is not None
+        )
+    finally:
+        with contextlib.suppress(OSError, StoreError):
+            backend.delete(gc_marker)
+    return report
