@@ -600,6 +600,7 @@ class Engine:
                 except OSError as exc:
                     missing_files[f"file:{path}"] = exc.strerror or str(exc)
             extras["files"] = files
+        digests = _digests_of(values, after)
         info: dict[str, Any] = {
             "key_parts": plan.parts,
             "inputs": sorted(plan.input_digests),
@@ -611,8 +612,9 @@ class Engine:
                 "has_result": result.has_value,
             },
             "names": {name: summarize(value) for name, value in values.items()},
-            "fingerprints": fingerprints_of(values, after),
-            "output_digests": _digests_of(values, after),
+            # each stored value is digested once, for both records
+            "fingerprints": fingerprints_of(values, {**after, **digests}),
+            "output_digests": {name: d.hex() for name, d in digests.items()},
             "mutated": sorted(mutated),
             "deleted": sorted(deleted),
             "duration": duration,
@@ -947,17 +949,17 @@ def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str,
     return digests
 
 
-def _digests_of(values: Mapping[str, Any], known: Mapping[str, bytes]) -> dict[str, str]:
+def _digests_of(values: Mapping[str, Any], known: Mapping[str, bytes]) -> dict[str, bytes]:
     """Every stored value's fingerprint, as a later cell's key would take it: what a Run All
     plan chains through when this checkpoint would be restored."""
     fingerprinter = Fingerprinter()
-    out: dict[str, str] = {}
+    out: dict[str, bytes] = {}
     for name, value in values.items():
         if name in known:
-            out[name] = known[name].hex()
+            out[name] = known[name]
             continue
         with contextlib.suppress(Unfingerprintable):
-            out[name] = fingerprinter.digest(value).hex()
+            out[name] = fingerprinter.digest(value)
     return out
 
 
