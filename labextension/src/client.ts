@@ -9,39 +9,59 @@
  *
  * Server: `GET ipy-resume/timeline?path=NOTEBOOK` reads the store on disk
  * (read-only), which keeps the timeline visible while the kernel is dead.
+ *
+ * The messages themselves, and the request ids that pair answers with requests,
+ * are in protocol.ts, which the widget's transport (widget.ts) shares.
  */
 
 import { URLExt } from '@jupyterlab/coreutils';
 import { Kernel, KernelMessage, ServerConnection } from '@jupyterlab/services';
+import { JSONObject } from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import {
-  CellOutcome,
-  Details,
-  RestoreResult,
-  RunAllPlan,
-  Snapshot,
-  Summary,
-  TimelineEvent
-} from './types';
+import { ChangedMessage, ChannelError, PendingRequests, TimelineApi } from './protocol';
+import { CellOutcome, Snapshot } from './types';
 
 export const COMM_TARGET = 'ipy_resume';
 
-export interface ChangedMessage {
-  event: 'changed';
-  events: TimelineEvent[];
-  summary: Summary;
-  last_seq: number | null;
-  store: string;
+/** Metadata the panel adds to every execute request of a notebook kernel. */
+export const BADGES_FLAG = 'ipy_resume_badges';
+const FLAGGED = Symbol('ipy-resume-flagged');
+
+/**
+ * Flag every execution of `kernel` as coming from a front end that draws badges, so a
+ * cell queued before the comm opens (Run All right after `%load_ext`) writes no status
+ * line either. Idempotent; a kernel restart keeps the same connection and the flag.
+ */
+export function flagExecutions(kernel: Kernel.IKernelConnection): void {
+  const target = kernel as unknown as Record<symbol, boolean> & Kernel.IKernelConnection;
+  if (target[FLAGGED]) {
+    return;
+  }
+  const original = kernel.requestExecute.bind(kernel);
+  (target as any).requestExecute = (
+    content: KernelMessage.IExecuteRequestMsg['content'],
+    disposeOnDone?: boolean,
+    metadata?: JSONObject
+  ) => original(content, disposeOnDone, { ...(metadata ?? {}), [BADGES_FLAG]: true });
+  target[FLAGGED] = true;
 }
 
-/** A request the kernel could not serve, with its one-line reason. */
-export class ChannelError extends Error {}
-
-type Pending = {
-  resolve: (value: unknown) => void;
-  reject: (reason: Error) => void;
-};
+/**
+ * Busy or idle of a cell *execution*, from an IOPub message; null for anything else.
+ * Our own comm traffic also flips the kernel's status, and reacting to that would loop.
+ */
+export function executionState(msg: KernelMessage.IIOPubMessage): 'busy' | 'idle' | null {
+  if (msg.header.msg_type !== 'status') {
+    return null;
+  }
+  const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
+  if (parent?.msg_type !== 'execute_request') {
+    return null;
+  }
+  const state = (msg.content as KernelMessage.IStatusMsg['content']).execution_state;
+  return state === 'busy' || state === 'idle' ? state : null;
+}
 
 /**
  * The comm to one kernel. `open()` tells whether the kernel has ipy_resume loaded.
@@ -49,15 +69,16 @@ type Pending = {
  * ```ts
  * const channel = new KernelChannel(kernel);
  * if ((await channel.open()) === 'loaded') {
- *   const snap = await channel.snapshot();
+ *   const snap = await channel.api.snapshot();
  * }
  * ```
  */
 export class KernelChannel {
   readonly kernel: Kernel.IKernelConnection;
+  /** The requests by name, sent over this comm. */
+  readonly api = new TimelineApi(content => this.request(content));
   private comm: Kernel.IComm | null = null;
-  private nextId = 1;
-  private pending = new Map<number, Pending>();
+  private pending = new PendingRequests();
   private closedByKernel = false;
   private _changed = new Signal<this, ChangedMessage>(this);
   private _outcome = new Signal<this, CellOutcome>(this);
@@ -101,7 +122,7 @@ export class KernelChannel {
     };
     comm.onClose = () => {
       this.closedByKernel = true;
-      this.failAll('the kernel closed the ipy_resume channel');
+      this.pending.failAll('the kernel closed the ipy_resume channel');
       this._closed.emit();
     };
     // The kernel answers comm_open with either a hello (target found) or a
@@ -114,46 +135,13 @@ export class KernelChannel {
     return 'loaded';
   }
 
-  snapshot(after?: number | null): Promise<Snapshot> {
-    return this.request<Snapshot>({ request: 'snapshot', after: after ?? null });
-  }
-
-  details(target: string): Promise<Details> {
-    return this.request<Details>({ request: 'details', target });
-  }
-
-  restore(target: string): Promise<RestoreResult> {
-    return this.request<RestoreResult>({ request: 'restore', target });
-  }
-
-  /**
-   * Tell the kernel this front end draws cell badges: it stops writing status lines
-   * and pushes outcomes. The answer carries the outcomes of cells that ran before.
-   */
-  badges(on: boolean): Promise<{ badges: boolean; outcomes: CellOutcome[] }> {
-    return this.request({ request: 'badges', on });
-  }
-
-  /** What Run All of these code cells would restore and execute; nothing runs. */
-  plan(cells: { source: string; id: string }[]): Promise<RunAllPlan> {
-    return this.request<RunAllPlan>({ request: 'plan', cells });
-  }
-
-  request<T>(content: Record<string, unknown>): Promise<T> {
+  /** The comm's transport (see protocol.ts): one request, settled by its answer. */
+  request(content: Record<string, unknown>): Promise<unknown> {
     const comm = this.comm;
     if (!comm || this.closedByKernel || this._disposed) {
       return Promise.reject(new ChannelError('no open channel to the kernel'));
     }
-    const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      try {
-        comm.send({ ...content, id } as any);
-      } catch (err) {
-        this.pending.delete(id);
-        reject(new ChannelError(String(err)));
-      }
-    });
+    return this.pending.send(content, message => comm.send(message as JSONObject));
   }
 
   dispose(): void {
@@ -161,7 +149,7 @@ export class KernelChannel {
       return;
     }
     this._disposed = true;
-    this.failAll('the kernel changed');
+    this.pending.failAll('the kernel changed');
     const comm = this.comm;
     this.comm = null;
     if (comm && !this.closedByKernel && !comm.isDisposed) {
@@ -177,33 +165,11 @@ export class KernelChannel {
   private onMessage(data: Record<string, unknown>): void {
     if (data.event === 'changed') {
       this._changed.emit(data as unknown as ChangedMessage);
-      return;
-    }
-    if (data.event === 'outcome') {
+    } else if (data.event === 'outcome') {
       this._outcome.emit(data as unknown as CellOutcome);
-      return;
-    }
-    const id = data.id as number | undefined;
-    if (id === undefined) {
-      return;
-    }
-    const waiter = this.pending.get(id);
-    if (!waiter) {
-      return;
-    }
-    this.pending.delete(id);
-    if (typeof data.error === 'string') {
-      waiter.reject(new ChannelError(data.error));
     } else {
-      waiter.resolve(data.data);
+      this.pending.answer(data);
     }
-  }
-
-  private failAll(reason: string): void {
-    for (const waiter of this.pending.values()) {
-      waiter.reject(new ChannelError(reason));
-    }
-    this.pending.clear();
   }
 }
 
@@ -225,12 +191,23 @@ async function getJSON<T>(endpoint: string, query: Record<string, string>): Prom
   return body as T;
 }
 
-/** The store of the notebook at `path`, read from disk by the server extension. */
-export function fetchSnapshot(path: string): Promise<Snapshot> {
-  return getJSON<Snapshot>('timeline', { path });
+/**
+ * The read-only part of the protocol, answered from the store on disk by the server
+ * extension (server.py): `snapshot` and `details`. The same `request(content)` shape
+ * as the comm, so a view can fall back to the disk without knowing it.
+ */
+export function serverRequest(path: string, content: Record<string, unknown>): Promise<unknown> {
+  switch (content.request) {
+    case 'snapshot':
+      return getJSON('timeline', { path });
+    case 'details':
+      return getJSON('details', { path, target: String(content.target) });
+    default:
+      return Promise.reject(new ChannelError('that needs a live kernel with ipy_resume loaded'));
+  }
 }
 
-/** One checkpoint's details from disk, for when the kernel cannot answer. */
-export function fetchDetails(path: string, target: string): Promise<Details> {
-  return getJSON<Details>('details', { path, target });
+/** The store of the notebook at `path`, read from disk by the server extension. */
+export function fetchSnapshot(path: string): Promise<Snapshot> {
+  return serverRequest(path, { request: 'snapshot' }) as Promise<Snapshot>;
 }

@@ -8,56 +8,27 @@
  *   comm closed at once               → not-loaded; retried after each execution,
  *                                       never in a loop
  *   kernel restarting / dead / gone   → offline: the last timeline stays, read from disk
+ *
+ * Selection, details and restore are the controller's (controller.ts), the same one
+ * the widget uses; this model gives it a transport that asks the kernel when it
+ * answers and the server (the store on disk) when it does not.
  */
 
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
-import { JSONObject } from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { ChangedMessage, KernelChannel, fetchDetails, fetchSnapshot } from './client';
-import { shortId } from './format';
+import { KernelChannel, executionState, fetchSnapshot, flagExecutions, serverRequest } from './client';
+import { SnapshotMeta, TimelineController } from './controller';
+import { ChangedMessage } from './protocol';
 import { ITimelineModel } from './tokens';
-import {
-  CellOutcome,
-  DetailsState,
-  Notice,
-  PlannedCell,
-  PlanState,
-  Snapshot,
-  Status,
-  TimelineEvent,
-  ViewState
-} from './types';
+import { CellOutcome, PlannedCell, PlanState, Status, TimelineEvent, ViewState } from './types';
 
 /** What one cell's badge shows: a run's outcome, or a plan's verdict (pending). */
 export type BadgeInfo =
   | { kind: 'outcome'; outcome: CellOutcome }
   | { kind: 'plan'; planned: PlannedCell }
   | { kind: 'error'; cellId: string };
-
-/** Metadata the panel adds to every execute request of a notebook kernel. */
-export const BADGES_FLAG = 'ipy_resume_badges';
-const FLAGGED = Symbol('ipy-resume-flagged');
-
-/**
- * Flag every execution of `kernel` as coming from a front end that draws badges, so a
- * cell queued before the comm opens (Run All right after `%load_ext`) writes no status
- * line either. Idempotent; a kernel restart keeps the same connection and the flag.
- */
-export function flagExecutions(kernel: Kernel.IKernelConnection): void {
-  const target = kernel as unknown as Record<symbol, boolean> & Kernel.IKernelConnection;
-  if (target[FLAGGED]) {
-    return;
-  }
-  const original = kernel.requestExecute.bind(kernel);
-  (target as any).requestExecute = (
-    content: KernelMessage.IExecuteRequestMsg['content'],
-    disposeOnDone?: boolean,
-    metadata?: JSONObject
-  ) => original(content, disposeOnDone, { ...(metadata ?? {}), [BADGES_FLAG]: true });
-  target[FLAGGED] = true;
-}
 
 // 'starting' is all a page sees when another client restarts the kernel.
 const OFFLINE_STATUSES = new Set<string>([
@@ -90,11 +61,13 @@ export class TimelineModel implements ITimelineModel {
   private kernel: Kernel.IKernelConnection | null = null;
   private channel: KernelChannel | null = null;
   private status: Status = 'no-kernel';
-  private snapshot: Snapshot | null = null;
-  private selected: number | null = null;
-  private details: DetailsState = { state: 'none' };
-  private notice: Notice | null = null;
-  private restoring = false;
+  private readonly timeline = new TimelineController({
+    request: content => this.request(content),
+    changed: () => this.emit(),
+    canRestore: () => Boolean(this.channel?.isOpen),
+    isBusy: () => this.status === 'busy',
+    restored: () => this.refresh()
+  });
   private loaded = false;
   private executing = false;
   private generation = 0;
@@ -150,7 +123,7 @@ export class TimelineModel implements ITimelineModel {
       .filter(cell => cell.model.type === 'code')
       .map(cell => ({ source: cell.model.sharedModel.getSource(), id: cell.model.id }));
     try {
-      const plan = await channel.plan(cells);
+      const plan = await channel.api.plan(cells);
       if (panel !== this.panel) {
         return;
       }
@@ -185,7 +158,7 @@ export class TimelineModel implements ITimelineModel {
 
   /** Select the newest timeline row of a badge's checkpoint (or CELL_ID). */
   selectOutcome(outcome: CellOutcome): boolean {
-    const events = this.snapshot?.events ?? [];
+    const events = this.timeline.snapshot?.events ?? [];
     for (let i = events.length - 1; i >= 0; i--) {
       const e = events[i];
       if (outcome.checkpoint_id ? e.checkpoint_id === outcome.checkpoint_id : e.cell_id === outcome.cell_id) {
@@ -201,18 +174,12 @@ export class TimelineModel implements ITimelineModel {
   }
 
   get state(): ViewState {
-    const canRestore = this.loaded && (this.status === 'live' || this.status === 'busy');
-    return {
+    return this.timeline.state({
       status: this.status,
       statusText: STATUS_TEXT[this.status],
-      snapshot: this.snapshot,
-      selected: this.selected,
-      details: this.details,
-      notice: this.notice,
-      canRestore,
-      canGoToCell: this.panel !== null,
-      restoring: this.restoring
-    };
+      canRestore: this.loaded && (this.status === 'live' || this.status === 'busy'),
+      canGoToCell: this.panel !== null
+    });
   }
 
   /** Follow `panel` (or nothing). Called whenever the current notebook changes. */
@@ -228,10 +195,7 @@ export class TimelineModel implements ITimelineModel {
     }
     this.panel = panel;
     this.plan = { state: 'none' };
-    this.snapshot = null;
-    this.selected = null;
-    this.details = { state: 'none' };
-    this.notice = null;
+    this.timeline.reset();
     if (panel) {
       const ctx = panel.sessionContext;
       ctx.kernelChanged.connect(this.onKernelChanged, this);
@@ -247,60 +211,11 @@ export class TimelineModel implements ITimelineModel {
   }
 
   select(seq: number | null): void {
-    this.selected = seq;
-    this.details = { state: 'none' };
-    this.emit();
-    const event = this.findEvent(seq);
-    if (!event || !event.checkpoint_id) {
-      return;
-    }
-    this.details = { state: 'loading', seq: event.seq };
-    this.emit();
-    const target = event.checkpoint_id;
-    // A busy kernel answers only after its cell ends; the disk answers now.
-    const load =
-      this.channel?.isOpen && this.loaded && this.status === 'live'
-        ? this.channel.details(target)
-        : fetchDetails(this.panel?.context.path ?? '', target);
-    load.then(
-      details => {
-        if (this.selected === event.seq) {
-          this.details = { state: 'ready', seq: event.seq, details };
-          this.emit();
-        }
-      },
-      (err: Error) => {
-        if (this.selected === event.seq) {
-          this.details = { state: 'error', seq: event.seq, error: err.message };
-          this.emit();
-        }
-      }
-    );
+    this.timeline.select(seq);
   }
 
-  async restore(event: TimelineEvent): Promise<void> {
-    if (!this.channel?.isOpen || !event.checkpoint_id) {
-      this.notice = { kind: 'error', text: 'Restoring needs a live kernel with ipy_resume loaded.' };
-      this.emit();
-      return;
-    }
-    this.restoring = true;
-    const wait = this.status === 'busy' ? ' (after the running cell finishes)' : '';
-    this.notice = {
-      kind: 'info',
-      text: `Restoring the kernel to ${shortId(event.checkpoint_id, this.snapshot?.short_ids)} (${event.cell_id})${wait}…`
-    };
-    this.emit();
-    try {
-      const result = await this.channel.restore(event.checkpoint_id);
-      this.notice = { kind: 'success', text: result.message };
-      await this.refresh();
-    } catch (err) {
-      this.notice = { kind: 'error', text: `Restore failed: ${(err as Error).message}` };
-    } finally {
-      this.restoring = false;
-      this.emit();
-    }
+  restore(event: TimelineEvent): Promise<void> {
+    return this.timeline.restore(event);
   }
 
   async goToCell(event: TimelineEvent): Promise<boolean> {
@@ -317,8 +232,7 @@ export class TimelineModel implements ITimelineModel {
         return true;
       }
     }
-    this.notice = { kind: 'error', text: `No cell in this notebook starts with %%checkpoint ${event.cell_id}.` };
-    this.emit();
+    this.timeline.setNotice({ kind: 'error', text: `No cell in this notebook starts with %%checkpoint ${event.cell_id}.` });
     return false;
   }
 
@@ -326,10 +240,10 @@ export class TimelineModel implements ITimelineModel {
   async refresh(): Promise<void> {
     if (this.channel?.isOpen && this.loaded) {
       try {
-        this.setSnapshot(await this.channel.snapshot());
+        this.timeline.setSnapshot(await this.channel.api.snapshot());
         return;
       } catch (err) {
-        this.notice = { kind: 'error', text: (err as Error).message };
+        this.timeline.setNotice({ kind: 'error', text: (err as Error).message });
       }
     } else if (this.kernel && !this.loaded && this.status === 'not-loaded') {
       await this.connect(this.kernel);
@@ -367,22 +281,13 @@ export class TimelineModel implements ITimelineModel {
     }
   }
 
-  /**
-   * Busy/idle of *executions* only: our own comm traffic also flips the
-   * kernel's status, and reacting to that would loop.
-   */
+  /** Busy/idle of *executions* only (see `executionState`). */
   private onIopub(kernel: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
-    if (kernel !== this.kernel || msg.header.msg_type !== 'status') {
+    const state = kernel === this.kernel ? executionState(msg) : null;
+    if (state === null) {
       return;
     }
-    const parent = msg.parent_header as Partial<KernelMessage.IHeader>;
-    if (parent?.msg_type !== 'execute_request') {
-      return;
-    }
-    const state = (msg.content as KernelMessage.IStatusMsg['content']).execution_state;
-    if (state === 'busy' || state === 'idle') {
-      this.executing = state === 'busy';
-    }
+    this.executing = state === 'busy';
     if (state === 'busy' && this.status === 'live') {
       this.setStatus('busy');
     } else if (state === 'idle') {
@@ -450,7 +355,7 @@ export class TimelineModel implements ITimelineModel {
     channel.outcome.connect((_, outcome) => this.onOutcome(panel, outcome));
     // Badges from now on: the kernel stops writing status lines and pushes outcomes,
     // and answers with those of cells that ran before the channel opened.
-    channel.badges(true).then(
+    channel.api.badges(true).then(
       answer => answer.outcomes.forEach(outcome => this.onOutcome(panel, outcome)),
       () => undefined
     );
@@ -464,10 +369,9 @@ export class TimelineModel implements ITimelineModel {
     // Not kernel.status: our own comm traffic makes the kernel look busy too.
     this.setStatus(this.executing ? 'busy' : 'live');
     try {
-      this.setSnapshot(await channel.snapshot());
+      this.timeline.setSnapshot(await channel.api.snapshot());
     } catch (err) {
-      this.notice = { kind: 'error', text: (err as Error).message };
-      this.emit();
+      this.timeline.setNotice({ kind: 'error', text: (err as Error).message });
     }
   }
 
@@ -488,14 +392,13 @@ export class TimelineModel implements ITimelineModel {
       const snapshot = await fetchSnapshot(panel.context.path);
       // A kernel answer that arrived meanwhile is fresher than the disk.
       if (panel === this.panel && (generation === this.generation || !this.loaded)) {
-        if (!this.loaded || !this.snapshot) {
-          this.setSnapshot(snapshot);
+        if (!this.loaded || !this.timeline.snapshot) {
+          this.timeline.setSnapshot(snapshot);
         }
       }
     } catch (err) {
-      if (panel === this.panel && !this.snapshot) {
-        this.notice = { kind: 'error', text: (err as Error).message };
-        this.emit();
+      if (panel === this.panel && !this.timeline.snapshot) {
+        this.timeline.setNotice({ kind: 'error', text: (err as Error).message });
       }
     }
   }
@@ -506,8 +409,8 @@ export class TimelineModel implements ITimelineModel {
       return;
     }
     try {
-      const after = this.snapshot?.last_seq ?? null;
-      const delta = await channel.snapshot(after);
+      const after = this.timeline.snapshot?.last_seq ?? null;
+      const delta = await channel.api.snapshot(after);
       this.merge(delta.events, delta);
     } catch {
       // The next push or refresh brings it; a failed catch-up is not news.
@@ -524,33 +427,10 @@ export class TimelineModel implements ITimelineModel {
     this.merge(msg.events, msg);
   }
 
-  private merge(
-    events: TimelineEvent[],
-    meta: Pick<Snapshot, 'summary' | 'last_seq' | 'store' | 'unavailable' | 'short_ids'>
-  ): void {
-    const base = this.snapshot;
-    if (!base) {
+  private merge(events: TimelineEvent[], meta: SnapshotMeta): void {
+    if (!this.timeline.merge(events, meta)) {
       void this.refresh();
-      return;
     }
-    const lastSeq = base.last_seq ?? -1;
-    const fresh = events.filter(e => e.seq > lastSeq);
-    // A new object so views see the change; the old array is not touched.
-    this.setSnapshot({
-      store: meta.store ?? base.store,
-      exists: true,
-      events: fresh.length ? base.events.concat(fresh) : base.events,
-      summary: meta.summary ?? base.summary,
-      last_seq: Math.max(lastSeq, meta.last_seq ?? -1),
-      unavailable: meta.unavailable ?? base.unavailable,
-      // a prefix may grow when a later checkpoint shares it: the newest answer wins
-      short_ids: { ...(base.short_ids ?? {}), ...(meta.short_ids ?? {}) }
-    });
-  }
-
-  private setSnapshot(snapshot: Snapshot): void {
-    this.snapshot = snapshot;
-    this.emit();
   }
 
   private setStatus(status: Status): void {
@@ -558,11 +438,16 @@ export class TimelineModel implements ITimelineModel {
     this.emit();
   }
 
-  private findEvent(seq: number | null): TimelineEvent | null {
-    if (seq === null || !this.snapshot) {
-      return null;
+  /**
+   * The controller's transport: the kernel when it answers. Details come from disk
+   * unless the kernel is live and idle: a busy kernel answers only after its cell ends.
+   */
+  private request(content: Record<string, unknown>): Promise<unknown> {
+    const channel = this.channel;
+    if (channel?.isOpen && (content.request !== 'details' || (this.loaded && this.status === 'live'))) {
+      return channel.request(content);
     }
-    return this.snapshot.events.find(e => e.seq === seq) ?? null;
+    return serverRequest(this.panel?.context.path ?? '', content);
   }
 
   private emit(): void {

@@ -10,7 +10,6 @@ export type Outcome =
   | 'restored'
   | 'resumed'
   | 'incomplete'
-  | 'unsaved'
   | 'failed'
   | 'uncached';
 
@@ -119,6 +118,29 @@ export interface ViewState {
   canRestore: boolean;
   canGoToCell: boolean;
   restoring: boolean;
+}
+
+/** The event of `seq`: events arrive ordered by seq, so a binary search finds it. */
+export function findEvent(snapshot: Snapshot | null, seq: number | null): TimelineEvent | null {
+  const events = snapshot?.events ?? [];
+  if (seq === null) {
+    return null;
+  }
+  let lo = 0;
+  let hi = events.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    const at = events[mid].seq;
+    if (at === seq) {
+      return events[mid];
+    }
+    if (at < seq) {
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return null;
 }
 
 export const EMPTY_SUMMARY: Summary = {
