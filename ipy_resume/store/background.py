@@ -60,24 +60,23 @@ __all__ = [
 ]
 
 SWITCH_ENV = "IPY_RESUME_BACKGROUND"
-"""``1`` (or ``on``) turns background saving on for ``%%checkpoint`` cells; off by default."""
+"""``0`` (or ``off``) makes every ``%%checkpoint`` save synchronous; on by default."""
 BUDGET_ENV = "IPY_RESUME_SNAPSHOT_BUDGET"
 """Bytes of snapshots that may wait for the writer (``0``: every save is synchronous)."""
 _BATCH_MAX = 32  # snapshots committed together at most
 
 
 def enabled() -> bool:
-    """True when ``$IPY_RESUME_BACKGROUND`` asks for background saves (off by default).
+    """True unless ``$IPY_RESUME_BACKGROUND`` is ``0`` (or ``off``): saves go to the writer.
 
-    Off by default for now: ``ipy-resume run`` promises that every completed cell is
-    restored after a crash, which needs each save durable before the next cell; and
-    an array's snapshot is a copy, where a save of a 1 GB array must not double the
-    kernel's memory.  Both need more than this module has yet.
+    A background save is staged before the cell returns (its bytes handed to the OS,
+    see :mod:`ipy_resume.store.pending`), so a kernel that dies before the writer
+    has made it durable loses nothing: the next run finishes the commit.
 
-    >>> os.environ["IPY_RESUME_BACKGROUND"] = "1"; enabled()
-    True
+    >>> os.environ["IPY_RESUME_BACKGROUND"] = "0"; enabled()
+    False
     """
-    return os.environ.get(SWITCH_ENV, "").strip().lower() in ("1", "on", "true", "yes")
+    return os.environ.get(SWITCH_ENV, "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def budget() -> int:
@@ -169,6 +168,10 @@ _atexit_registered = False
 
 
 def _finish(job: Job) -> None:
+    if job.error is None:
+        job.snapshot.settle()
+    else:  # nothing of it was committed: its staged files must not be finished later
+        job.snapshot.abandon()
     with _writer.mutex:
         job.finished = time.perf_counter()
         _writer.held -= job.snapshot.size
@@ -273,7 +276,10 @@ def submit(
             return None
         _writer.held += size
     try:
-        snapshot.own()
+        if snapshot.can_stage():
+            snapshot.stage()
+        else:
+            snapshot.own()
     except BaseException:
         with _writer.mutex:
             _writer.held -= size

@@ -53,6 +53,8 @@ __all__ = [
     "move",
     "remove",
     "remove_empty_dir",
+    "settle",
+    "stage",
 ]
 
 TEMP_PREFIX = ".tmp-"
@@ -275,6 +277,63 @@ def atomic_write(
         with contextlib.suppress(OSError):
             _unlink(temp)
         raise
+    if dirs is None:
+        fsync_dir(target.parent)
+    else:
+        dirs.add(target.parent)
+
+
+def stage(path: str | os.PathLike[str], chunks: Any) -> Path:
+    """Write *chunks* to a new temporary file beside *path*, without fsync; returns its path.
+
+    The first half of :func:`atomic_write`, for a commit finished later (and perhaps by
+    another process) with :func:`settle`.  On any error the temporary file is removed.
+
+    >>> temp = stage("/tmp/doc-staged.bin", [b"hello"])  # doctest: +SKIP
+    """
+    target = Path(path)
+    temp = target.with_name(f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(6)}")
+    fd = _open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_BINARY, 0o666)
+    try:
+        f = AtomicFile(fd, target, temp)
+        for chunk in chunks:
+            f.write(chunk)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            _unlink(temp)
+        raise
+    os.close(fd)
+    return temp
+
+
+def settle(
+    temp: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    *,
+    exclusive: bool = False,
+    dirs: set[Path] | None = None,
+) -> None:
+    """Make a file written by :func:`stage` durable and move it to *path*.
+
+    The second half of :func:`atomic_write`: fsync, then replace (or, *exclusive*, link:
+    :class:`FileExistsError` when *path* exists), then the folder's fsync (or, with
+    *dirs*, its folder added for the caller to fsync).  A *path* that already exists with
+    a content-addressed name is the same bytes: callers drop the temporary file instead.
+
+    >>> settle(temp, "/tmp/doc-staged.bin")  # doctest: +SKIP
+    """
+    source, target = Path(temp), Path(path)
+    fd = _open(source, os.O_RDONLY | _O_CLOEXEC | _O_BINARY)
+    try:
+        _fsync(fd)
+    finally:
+        os.close(fd)
+    if exclusive:
+        _publish_exclusive(source, target)
+    else:
+        _replace(source, target)
     if dirs is None:
         fsync_dir(target.parent)
     else:

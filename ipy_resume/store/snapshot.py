@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ipy_resume.store import blobs, fsio, lock
+from ipy_resume.store import blobs, fsio, lock, manifest, pending
 from ipy_resume.store.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -77,6 +77,8 @@ class Snapshot:
         self.owned = False
         self.manifest_bytes = 0
         self._written: set[str] = set()
+        self.staged: list[pending.Staged] | None = None  # see stage()
+        self.record: Path | None = None  # the commit record of a staged save
 
     @property
     def id(self) -> str:
@@ -107,6 +109,58 @@ class Snapshot:
                 self.writer.deferred[i] = (address, owned, size)
         self.owned = True
 
+    def can_stage(self) -> bool:
+        """Whether :meth:`stage` applies: a store in a local folder (not a bucket)."""
+        return type(self.store).__name__ == "Store"
+
+    def stage(self) -> None:
+        """Hand the blobs to the OS now and record the commit still to do (no fsync).
+
+        Every blob still to write goes to a temporary file beside its final name, and
+        the signed manifest with the list of those files to ``pending/`` (see
+        :mod:`ipy_resume.store.pending`).  From here on the snapshot holds no memory of
+        the kernel's, and a kernel that dies before the commit loses nothing: the next
+        process that reads the store finishes it, after verifying every byte.
+
+        >>> snap.stage()  # doctest: +SKIP
+        """
+        store, writer = self.store, self.writer
+        staged: list[pending.Staged] = []
+        try:
+            for address, chunks, size in writer.deferred or ():
+                writer.current = store.blobs.path(address)
+                temp = pending.stage_blob(writer.current, chunks, size)
+                staged.append(pending.Staged(temp, address, size))
+            writer.current = None
+            self.manifest.bytes_written = sum(s.size for s in staged)
+            self.staged = staged
+            self.record = pending.write_record(
+                store.root, self.manifest.id, manifest.encode(self.manifest, store.key), staged
+            )
+        except BaseException:
+            self.staged = staged
+            self.abandon()
+            raise
+        writer.deferred = []
+        self.owned = True
+
+    def abandon(self) -> None:
+        """Remove what :meth:`stage` left (the commit failed or will not happen)."""
+        for s in self.staged or ():
+            with contextlib.suppress(OSError):
+                fsio.remove(s.temp)
+        if self.record is not None:
+            with contextlib.suppress(OSError):
+                fsio.remove(self.record)
+        self.staged, self.record = None, None
+
+    def settle(self) -> None:
+        """The commit is durable: its record is not needed any more."""
+        if self.record is not None:
+            with contextlib.suppress(OSError):
+                fsio.remove(self.record)
+            self.record = None
+
     def result(self, bytes_written: int = 0) -> SaveResult:
         """What :meth:`Store.save` would have returned (bytes as far as known)."""
         from ipy_resume.store.store import SaveResult
@@ -128,6 +182,14 @@ class Snapshot:
         """
         store, writer = self.store, self.writer
         fsio.makedirs(store.blobs.objects)
+        for s in self.staged or ():
+            writer.current = store.blobs.path(s.address)
+            if store.blobs.exists(s.address, s.size):  # written meanwhile by another save
+                fsio.remove(s.temp)
+            else:
+                fsio.settle(s.temp, writer.current, dirs=dirs)
+                writer.bytes_written += s.size
+            self._written.add(s.address)
         for address, chunks, size in writer.deferred or ():
             writer.current = store.blobs.path(address)
             writer.bytes_written += store.blobs.put(
