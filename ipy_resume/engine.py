@@ -35,7 +35,9 @@ from .units import format_size
 FORMAT_VERSION = "1"
 SAVING_LINE_MIN = 32 << 20
 """A background save this large says "saving" when the cell returns, and "saved" once it is
-durable; a smaller one is written within moments and says "saved" once, when durable."""
+durable; a smaller one says "saved" once, when the cell returns: its bytes are handed to the
+OS by then (staged), so a kernel that dies next loses nothing, and the writer makes it
+durable within moments."""
 ABSENT = "absent"
 PREFIX = "ipy_resume: "
 
@@ -307,12 +309,6 @@ class Engine:
                 write(
                     f"{PREFIX}saved checkpoint {short} of {opts.shown} "
                     f"({format_size(job.bytes_written)} written in {_seconds(job.seconds)})"
-                )
-            else:  # written within moments: the usual single line, once it is durable
-                write(
-                    f"{PREFIX}executed {opts.shown} in {_seconds(outcome.duration)}; saved "
-                    f"checkpoint {short} ({format_size(job.bytes_written)} written in "
-                    f"{_seconds(job.seconds)})"
                 )
 
         def done(job: background.Job) -> None:  # on the main thread, when next drained
@@ -709,6 +705,13 @@ class Engine:
                     host,
                     f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saving checkpoint "
                     f"{short} ({format_size(to_write)} to write)",
+                )
+            else:  # staged: made durable within moments by the writer
+                show_status(
+                    host,
+                    f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saved checkpoint "
+                    f"{short} ({format_size(to_write)} written in "
+                    f"{_seconds(time.perf_counter() - save_started)})",
                 )
         outcome = Outcome(
             status,
