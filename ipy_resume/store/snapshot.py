@@ -249,7 +249,9 @@ class Snapshot:
         except lock.StoreLocked as exc:
             raise store._locked_error(self.manifest.cell_id, exc) from exc
         except OSError as exc:
+            self.abandon()
             raise store._save_error(self.manifest.cell_id, exc, self.writer.current) from exc
+        self.settle()
         return self.result(self.writer.bytes_written + self.manifest_bytes)
 
     def error(self, exc: BaseException) -> Exception:

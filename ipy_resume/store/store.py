@@ -850,6 +850,8 @@ class Store:
             journal = self.journal()
             for event in events_from_manifests(sorted(recovered, key=manifest.order_key)):
                 event.detail = RECOVERED
+                # (not the stand-in's id: append replaces a stand-in of the same checkpoint)
+                event.event_id = f"recovered-{event.checkpoint_id}"
                 journal.append(event)
         except (OSError, sqlite3.Error):
             pass  # the timeline misses a row; the checkpoints themselves are whole
