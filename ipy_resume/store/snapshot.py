@@ -137,9 +137,11 @@ class Snapshot:
             self.record = pending.write_record(
                 store.root, self.manifest.id, manifest.encode(self.manifest, store.key), staged
             )
-        except BaseException:
+        except BaseException as exc:
             self.staged = staged
             self.abandon()
+            if isinstance(exc, OSError):  # said as a save's failure, naming the file
+                raise self.error(exc) from exc
             raise
         writer.deferred = []
         self.owned = True
@@ -148,17 +150,19 @@ class Snapshot:
         """Remove what :meth:`stage` left (the commit failed or will not happen)."""
         for s in self.staged or ():
             with contextlib.suppress(OSError):
-                fsio.remove(s.temp)
-        if self.record is not None:
-            with contextlib.suppress(OSError):
-                fsio.remove(self.record)
-        self.staged, self.record = None, None
+                os.unlink(s.temp)
+        self.settle()
+        self.staged = None
 
     def settle(self) -> None:
-        """The commit is durable: its record is not needed any more."""
+        """The commit is durable (or abandoned): its record is not needed any more.
+
+        Removed without a folder fsync: a record that outlives a crash names a commit that
+        is published already (or blobs that are gone), which recovery finds and drops.
+        """
         if self.record is not None:
             with contextlib.suppress(OSError):
-                fsio.remove(self.record)
+                os.unlink(self.record)
             self.record = None
 
     def result(self, bytes_written: int = 0) -> SaveResult:
