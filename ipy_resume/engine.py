@@ -224,8 +224,8 @@ class Engine:
         self.last_event: str | None = None  # parent of the next event
         self.listeners: list[Callable[[Event], None]] = []
         self._journal_warned = False
-        # saves are written by the background writer (store/background.py) when this is
-        # True, or None and $IPY_RESUME_BACKGROUND is on, and the snapshot budget allows
+        # saves are made durable by the background writer (store/background.py) when this
+        # is True, or None and $IPY_RESUME_BACKGROUND is not 0, and the budget allows
         self.background: bool | None = None
         _engines[location.key(store.location)] = self
 
