@@ -55,6 +55,7 @@ __all__ = [
     "remove_empty_dir",
     "settle",
     "stage",
+    "temp_name",
 ]
 
 TEMP_PREFIX = ".tmp-"
@@ -283,7 +284,17 @@ def atomic_write(
         dirs.add(target.parent)
 
 
-def stage(path: str | os.PathLike[str], chunks: Any) -> Path:
+def temp_name(path: str | os.PathLike[str]) -> Path:
+    """A new temporary name beside *path* (what :func:`atomic_write` writes to first).
+
+    >>> temp_name("/tmp/x.bin").name.startswith(TEMP_PREFIX)
+    True
+    """
+    target = Path(path)
+    return target.with_name(f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(6)}")
+
+
+def stage(path: str | os.PathLike[str], chunks: Any, temp: Path | None = None) -> Path:
     """Write *chunks* to a new temporary file beside *path*, without fsync; returns its path.
 
     The first half of :func:`atomic_write`, for a commit finished later (and perhaps by
@@ -292,7 +303,7 @@ def stage(path: str | os.PathLike[str], chunks: Any) -> Path:
     >>> temp = stage("/tmp/doc-staged.bin", [b"hello"])  # doctest: +SKIP
     """
     target = Path(path)
-    temp = target.with_name(f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(6)}")
+    temp = temp_name(target) if temp is None else temp
     fd = _open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_BINARY, 0o666)
     try:
         f = AtomicFile(fd, target, temp)

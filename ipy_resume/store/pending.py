@@ -43,6 +43,8 @@ __all__ = [
     "Staged",
     "live_temps",
     "owner",
+    "record_bytes",
+    "record_path",
     "records",
     "recover",
     "stage_blob",
@@ -120,24 +122,36 @@ class Staged:
     size: int
 
 
-def write_record(
-    root: Path, checkpoint_id: str, manifest_bytes: bytes, staged: list[Staged]
-) -> Path:
-    """Make the commit record of a staged save visible (atomically, not durably).
+def record_bytes(
+    root: Path, manifest_bytes: bytes, staged: list[Staged], who: dict[str, Any] | None = None
+) -> bytes:
+    """The commit record of a staged save: the signed manifest, its staged blobs, the writer.
 
-    >>> write_record(store.root, m.id, encoded, staged)  # doctest: +SKIP
-    PosixPath('.../pending/0190ab3f2a9c.json')
+    >>> record_bytes(store.root, encoded, staged)  # doctest: +SKIP
+    b'{"version": 1, ...}'
     """
-    folder = root / FOLDER
-    fsio.makedirs(folder)
     doc = {
         "version": _VERSION,
-        "owner": owner(),
+        "owner": owner() if who is None else who,
         "manifest": manifest_bytes.decode("utf-8"),
         "blobs": [[os.path.relpath(s.temp, root), s.address, s.size] for s in staged],
     }
-    path = folder / f"{checkpoint_id}.json"
-    temp = fsio.stage(path, [json.dumps(doc).encode("utf-8")])
+    return json.dumps(doc).encode("utf-8")
+
+
+def record_path(root: Path, checkpoint_id: str) -> Path:
+    """Where the commit record of checkpoint *checkpoint_id* goes."""
+    return root / FOLDER / f"{checkpoint_id}.json"
+
+
+def write_record(path: Path, data: bytes) -> Path:
+    """Make a commit record visible at *path* (atomically, not durably).
+
+    >>> write_record(record_path(store.root, m.id), record_bytes(...))  # doctest: +SKIP
+    PosixPath('.../pending/0190ab3f2a9c.json')
+    """
+    fsio.makedirs(path.parent)
+    temp = fsio.stage(path, [data])
     os.replace(temp, path)
     return path
 
@@ -267,10 +281,15 @@ def _drop(path: Path, doc: dict[str, Any] | None, root: Path) -> None:
         os.unlink(path)
 
 
-def stage_blob(path: PurePath, chunks: list[Any], size: int) -> Path:
-    """Write one blob's bytes to a temporary file beside *path* (no fsync)."""
-    fsio.makedirs(Path(path).parent)
-    temp = fsio.stage(path, chunks)
+def stage_blob(path: PurePath, chunks: list[Any], size: int, temp: Path | None = None) -> Path:
+    """Write one blob's bytes to a temporary file beside *path* (no fsync); returns it.
+
+    *temp* is the temporary file's name when the caller chose it (see
+    :func:`fsio.temp_name`); the folder must exist then.
+    """
+    if temp is None:
+        fsio.makedirs(Path(path).parent)
+    temp = fsio.stage(path, chunks, temp=temp)
     actual = os.stat(temp).st_size
     if actual != size:
         with contextlib.suppress(OSError):
