@@ -142,11 +142,13 @@ def test_a_live_writers_staged_save_is_left_to_it_and_spared_by_gc(isolated: Pat
     assert store.verify() == []
 
 
+@pytest.mark.parametrize("n", [3_000_000, 10_000_000], ids=["staged", "forked"])
 def test_a_kernel_killed_while_its_save_is_pending_loses_nothing(
-    isolated: Path, tmp_path: Path
+    isolated: Path, tmp_path: Path, n: int
 ) -> None:
     """A real shell whose background writer never gets to commit, killed with SIGKILL;
-    a new process runs the same cell and restores it without executing."""
+    a new process runs the same cell and restores it without executing.  80 MB are
+    written by a forked child (see snapshot.FORK_MIN), 24 MB by the kernel itself."""
     script = tmp_path / "run.py"
     script.write_text(
         "import sys, time, threading\n"
@@ -164,7 +166,7 @@ def test_a_kernel_killed_while_its_save_is_pending_loses_nothing(
         "        return real(*a, **k)\n"
         "    fsio.settle = stuck\n"
         "sh.run_cell('import numpy as np')\n"
-        "sh.run_cell('%%checkpoint big\\nprint(\"ran\")\\na = np.arange(3_000_000.0)')\n"
+        f"sh.run_cell('%%checkpoint big\\nprint(\"ran\")\\na = np.arange({n}.0)')\n"
         "print('a' in sh.user_ns and float(sh.user_ns['a'][-1]), flush=True)\n"
         "if sys.argv[1] == 'hang':\n"
         "    time.sleep(600)\n"
@@ -182,7 +184,7 @@ def test_a_kernel_killed_while_its_save_is_pending_loses_nothing(
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ran"
     line = proc.stdout.readline()
-    assert line.strip() == "2999999.0", line
+    assert line.strip() == f"{n - 1}.0", line
     deadline = time.monotonic() + 30
     while not pending.records(isolated / "store") and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -199,7 +201,7 @@ def test_a_kernel_killed_while_its_save_is_pending_loses_nothing(
         timeout=120,
     )
     assert again.returncode == 0, again.stderr
-    assert "2999999.0" in again.stdout
+    assert f"{n - 1}.0" in again.stdout
     assert "restored 'big'" in again.stderr, again.stderr
     assert again.stdout.count("ran") == 1  # replayed once, not executed
     store = Store(isolated / "store")
@@ -223,3 +225,83 @@ def test_a_record_of_a_reused_pid_or_an_earlier_boot_is_taken_for_dead(
     snap.record.write_text(json.dumps(doc))
     assert pending.recover(Store(root)).finished == [snap.record.stem]
     assert Store(root).find("c", KEY) is not None
+
+
+def test_a_large_save_is_written_by_a_forked_child_that_sees_the_values_as_they_were(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    from ipy_resume.store import background, snapshot
+
+    monkeypatch.setattr(snapshot, "FORK_MIN", 1 << 20)  # fork from 1 MB
+    forks: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            forks.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    monkeypatch.delenv(background.SWITCH_ENV, raising=False)
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    InteractiveShell.clear_instance()
+    sh = InteractiveShell.instance(config=config)
+    try:
+        sh.run_line_magic("load_ext", "ipy_resume")
+        assert sh.run_cell("import numpy as np").success
+        assert sh.run_cell("%%checkpoint big --quiet\na = np.full(1_000_000, 3.0)").success
+        sh.run_cell("a[:] = -1.0")  # at once: the child must still write 3.0
+        assert background.flush()
+    finally:
+        InteractiveShell.clear_instance()
+    assert len(forks) == 1
+    store = Store(isolated / "store")
+    (m,) = store.manifests()
+    saved = store.load_values(m)["a"]
+    assert float(saved.min()) == 3.0 == float(saved.max())  # type: ignore[union-attr]
+    assert store.verify() == [] and pending.records(isolated / "store") == []
+
+
+def test_a_forked_child_that_fails_fails_the_save_once_and_keeps_the_values(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    from ipy_resume.store import background, snapshot
+
+    monkeypatch.setattr(snapshot, "FORK_MIN", 1 << 20)
+    real = pending.stage_blob
+
+    def full(*args: object, **kwargs: object) -> Path:
+        if os.getpid() != parent:  # only in the child
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "objects/xx")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    parent = os.getpid()
+    monkeypatch.setattr(pending, "stage_blob", full)
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    InteractiveShell.clear_instance()
+    sh = InteractiveShell.instance(config=config)
+    try:
+        sh.run_line_magic("load_ext", "ipy_resume")
+        sh.events.register("post_run_cell", lambda *_: background.flush())
+        assert sh.run_cell("import numpy as np").success
+        capsys.readouterr()
+        assert sh.run_cell("%%checkpoint big\na = np.full(1_000_000, 3.0)").success
+        err = capsys.readouterr().err
+        assert float(sh.user_ns["a"][0]) == 3.0  # the values stay in the kernel
+    finally:
+        InteractiveShell.clear_instance()
+    assert err.count("could not save checkpoint 'big'") == 1, err
+    assert os.strerror(errno.ENOSPC) in err
+    assert Store(isolated / "store").manifests() == []
+    assert pending.records(isolated / "store") == [] and staged_files(isolated / "store") == []
