@@ -189,8 +189,14 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def makedirs(path: str | os.PathLike[str], mode: int = 0o777) -> None:
-    """Create *path* and its missing parents, fsyncing each parent of a new folder."""
+def makedirs(
+    path: str | os.PathLike[str], mode: int = 0o777, dirs: set[Path] | None = None
+) -> None:
+    """Create *path* and its missing parents, fsyncing each parent of a new folder.
+
+    With *dirs* (a save staged now and made durable later), those parents are added
+    to the set instead, for the caller to fsync before it publishes anything in them.
+    """
     target = Path(path)
     missing: list[Path] = []
     p = target
@@ -206,7 +212,10 @@ def makedirs(path: str | os.PathLike[str], mode: int = 0o777) -> None:
             if not d.is_dir():
                 raise
             continue  # another process made it
-        fsync_dir(d.parent)
+        if dirs is None:
+            fsync_dir(d.parent)
+        else:
+            dirs.add(d.parent)
 
 
 class AtomicFile:

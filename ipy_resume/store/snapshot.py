@@ -55,7 +55,7 @@ def _copy(chunk: Any) -> np.ndarray:
     return out
 
 
-FORK_MIN = 64 << 20
+FORK_MIN = 4 << 20
 """A staged save this large is written by a forked child (see :meth:`Snapshot.stage`)."""
 FORK_ENV = "IPY_RESUME_FORK"
 """``0`` stages every save in the kernel's own process."""
@@ -137,6 +137,7 @@ class Snapshot:
         self.staged: list[pending.Staged] | None = None  # see stage()
         self.record: Path | None = None  # the commit record of a staged save
         self.child: tuple[int, int] | None = None  # (pid, pipe) of a forked stage
+        self.new_dirs: set[Path] = set()  # parents of folders stage() made, to fsync
 
     @property
     def id(self) -> str:
@@ -180,7 +181,7 @@ class Snapshot:
         the kernel's, and a kernel that dies before the commit loses nothing: the next
         process that reads the store finishes it, after verifying every byte.
 
-        A large save (:data:`FORK_MIN` bytes or more, on Linux) is written by a forked
+        A save of :data:`FORK_MIN` bytes or more (on Linux) is written by a forked
         child instead: the child sees the values as they are now, copy-on-write, so
         the cell returns at once and a later change in the kernel never reaches what
         is saved (the kernel pays for a page it writes meanwhile with a copy of that
@@ -196,13 +197,14 @@ class Snapshot:
         staged = [pending.Staged(temp, address, size) for address, _c, size, temp in todo]
         self.staged = staged
         try:
+            # new folders are made durable by the writer, before it publishes
             for address, _chunks, _size, _temp in todo:
                 writer.current = store.blobs.path(address)
-                fsio.makedirs(writer.current.parent)
+                fsio.makedirs(writer.current.parent, dirs=self.new_dirs)
             writer.current = None
             self.manifest.bytes_written = sum(s.size for s in staged)
             path = pending.record_path(store.root, self.manifest.id)
-            fsio.makedirs(path.parent)
+            fsio.makedirs(path.parent, dirs=self.new_dirs)
             record = pending.record_bytes(
                 store.root, manifest.encode(self.manifest, store.key), staged
             )
@@ -290,6 +292,12 @@ class Snapshot:
         store, writer = self.store, self.writer
         fsio.makedirs(store.blobs.objects)
         self._reap()
+        for folder in sorted(self.new_dirs):
+            if dirs is None:
+                fsio.fsync_dir(folder)
+            else:
+                dirs.add(folder)
+        self.new_dirs = set()
         for s in self.staged or ():
             writer.current = store.blobs.path(s.address)
             if store.blobs.exists(s.address, s.size):  # written meanwhile by another save
