@@ -641,7 +641,7 @@ class Engine:
         to_write = 0
         try:
             use = background.enabled() if self.background is None else self.background
-            if use and not self.store.healing(opts.cell_id, plan.key):
+            if use and self.store.stages_saves and not self.store.healing(opts.cell_id, plan.key):
                 snap = self.store.snapshot(
                     opts.cell_id,
                     plan.key,

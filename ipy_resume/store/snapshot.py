@@ -125,8 +125,10 @@ class Snapshot:
         writer: _Writer,
         failed: dict[str, str],
         suspect: set[PurePath] | None,
+        held: contextlib.ExitStack | None = None,
     ) -> None:
         self.store = store
+        self.held = held  # the store's shared lock, from the dedup decision to the commit
         self.manifest = manifest
         self.writer = writer
         self.failed = failed
@@ -170,7 +172,7 @@ class Snapshot:
 
     def can_stage(self) -> bool:
         """Whether :meth:`stage` applies: a store in a local folder (not a bucket)."""
-        return type(self.store).__name__ == "Store"
+        return self.store.stages_saves
 
     def stage(self) -> None:
         """Hand the blobs to the OS now and record the commit still to do (no fsync).
@@ -259,6 +261,16 @@ class Snapshot:
         self.settle()
         self.staged = None
 
+    def release(self) -> None:
+        """Let go of the store's shared lock (the commit is done, or will not happen)."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.close()
+
+    def __del__(self) -> None:  # a snapshot dropped without a commit must not keep the lock
+        with contextlib.suppress(Exception):
+            self.release()
+
     def settle(self) -> None:
         """The commit is durable (or abandoned): its record is not needed any more.
 
@@ -269,6 +281,7 @@ class Snapshot:
             with contextlib.suppress(OSError):
                 os.unlink(self.record)
             self.record = None
+        self.release()
 
     def result(self, bytes_written: int = 0) -> SaveResult:
         """What :meth:`Store.save` would have returned (bytes as far as known)."""
@@ -363,10 +376,14 @@ class Snapshot:
                 self.write_blobs(locked)
                 self.publish()
         except lock.StoreLocked as exc:
+            self.abandon()
             raise store._locked_error(self.manifest.cell_id, exc) from exc
         except OSError as exc:
             self.abandon()
             raise store._save_error(self.manifest.cell_id, exc, self.writer.current) from exc
+        except BaseException:
+            self.abandon()
+            raise
         self.settle()
         return self.result(self.writer.bytes_written + self.manifest_bytes)
 

@@ -429,6 +429,8 @@ class Store:
 
     lock_timeout: float = 120.0
     """Seconds a save waits for a running ``gc`` before giving up (values stay in memory)."""
+    stages_saves: bool = True
+    """Saves can be staged to local files and made durable in the background (not a bucket)."""
 
     def __init__(self, root: str | os.PathLike[str], key: bytes | None = None) -> None:
         self.root = Path(root)
@@ -642,8 +644,14 @@ class Store:
         for name in [*values, *extras]:
             _check_text("a value name", name)
         writer = _Writer(self.blobs, defer=True)
+        # The shared lock is held from here, where blobs found present are left out
+        # (dedup), to the commit (Snapshot.release): a gc cannot remove one in between.
+        held = contextlib.ExitStack()
         try:
             seed_base = self.seed_base
+            held.enter_context(
+                lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="save")
+            )
             m, failed = self._build(
                 writer,
                 manifest.new_checkpoint_id(),
@@ -655,11 +663,18 @@ class Store:
                 complete,
                 linker,
             )
+        except lock.StoreLocked as exc:
+            held.close()
+            raise self._locked_error(cell_id, exc) from exc
         except OSError as exc:
+            held.close()
             raise self._save_error(cell_id, exc, writer.current) from exc
+        except BaseException:
+            held.close()
+            raise
         m.seed_base = seed_base
         suspect = self._suspect.get((cell_id, key))
-        return Snapshot(self, m, writer, failed, suspect)
+        return Snapshot(self, m, writer, failed, suspect, held=held)
 
     def _build(
         self,
