@@ -22,6 +22,7 @@ import pytest
 
 from ipy_resume.store import Store, fsio, pending, signing
 from ipy_resume.store.journal import RECOVERED
+from ipy_resume.store.lock import StoreLocked
 
 KEY = "k" * 32
 
@@ -133,7 +134,12 @@ def test_a_live_writers_staged_save_is_left_to_it_and_spared_by_gc(isolated: Pat
     snap = store.snapshot("c", KEY, {"a": np.arange(50_000.0)})
     snap.stage()  # this process is the writer and is alive
     assert pending.recover(Store(root)).finished == []
-    report = store.gc(keep_last=1)
+    # the staged save holds the store's shared lock: gc waits for it
+    with pytest.raises(StoreLocked):
+        Store(root).gc(keep_last=1, timeout=0.3)
+    # and where there is no lock to wait for, gc still spares the live writer's files
+    snap.release()
+    report = store.gc(keep_last=1, grace=0)
     assert report.removed_temp == 0
     assert all(s.temp.exists() for s in snap.staged or ())
     result = snap.commit()
