@@ -12,7 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
+# Bytecode for the editable install (kernels the tests start import it, as an installed
+# copy would be imported, instead of compiling it again each time).
 setup: $(STAMP)
+	$(BIN)/python -m compileall -q ipy_resume
 
 demo: $(STAMP)
 	$(BIN)/ipy-resume demo

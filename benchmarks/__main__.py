@@ -321,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(wanted) - set(ALL))
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(ALL)}")
+    # Kernels and processes the workloads start import ipy_resume as an installed copy
+    # would: from bytecode (an editable install has none, and PYTHONDONTWRITEBYTECODE
+    # would make every kernel compile the package again).
+    import compileall
+
+    import ipy_resume
+
+    compileall.compile_dir(Path(ipy_resume.__file__).parent, quiet=1)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ipy_resume-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     name = args.name or ("bench" if args.scale == 1.0 else f"bench-scale-{args.scale:g}")

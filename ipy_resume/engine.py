@@ -35,7 +35,11 @@ from .units import format_size
 FORMAT_VERSION = "1"
 SAVING_LINE_MIN = 32 << 20
 """A background save this large says "saving" when the cell returns, and "saved" once it is
-durable; a smaller one is written within moments and says "saved" once, when durable."""
+durable.  A smaller one is waited for up to :data:`STATUS_WAIT` seconds, so its cell says
+"saved" once, as a synchronous save would; a quiet cell's (a headless run) is never waited
+for: its bytes are handed to the OS before the cell returns (staged), so a kernel that dies
+next loses nothing."""
+STATUS_WAIT = 2.0
 ABSENT = "absent"
 PREFIX = "ipy_resume: "
 
@@ -220,8 +224,8 @@ class Engine:
         self.last_event: str | None = None  # parent of the next event
         self.listeners: list[Callable[[Event], None]] = []
         self._journal_warned = False
-        # saves are written by the background writer (store/background.py) when this is
-        # True, or None and $IPY_RESUME_BACKGROUND is on, and the snapshot budget allows
+        # saves are made durable by the background writer (store/background.py) when this
+        # is True, or None and $IPY_RESUME_BACKGROUND is not 0, and the budget allows
         self.background: bool | None = None
         _engines[location.key(store.location)] = self
 
@@ -282,9 +286,12 @@ class Engine:
         host: Host,
         short: str,
         names: list[str],
-        to_write: int,
+        confirmed: bool,
     ) -> None:
         """Finish a save the background writer commits: say when it is durable, record it.
+
+        *confirmed*: the cell's status line said "saved" already (the save was durable
+        before the cell returned); otherwise it said "saving", and a second line follows.
 
         The timeline event is made now, so the next cell's event is its child, and
         appended once the checkpoint is durable (or as "failed" when the commit fails).
@@ -303,16 +310,10 @@ class Engine:
                 told.append(True)
             elif opts.quiet or outcome.status != "executed":
                 pass
-            elif to_write >= SAVING_LINE_MIN:  # the second line, after "saving checkpoint"
+            elif not confirmed:  # the second line, after "saving checkpoint"
                 write(
                     f"{PREFIX}saved checkpoint {short} of {opts.shown} "
                     f"({format_size(job.bytes_written)} written in {_seconds(job.seconds)})"
-                )
-            else:  # written within moments: the usual single line, once it is durable
-                write(
-                    f"{PREFIX}executed {opts.shown} in {_seconds(outcome.duration)}; saved "
-                    f"checkpoint {short} ({format_size(job.bytes_written)} written in "
-                    f"{_seconds(job.seconds)})"
                 )
 
         def done(job: background.Job) -> None:  # on the main thread, when next drained
@@ -640,7 +641,7 @@ class Engine:
         to_write = 0
         try:
             use = background.enabled() if self.background is None else self.background
-            if use and not self.store.healing(opts.cell_id, plan.key):
+            if use and self.store.stages_saves and not self.store.healing(opts.cell_id, plan.key):
                 snap = self.store.snapshot(
                     opts.cell_id,
                     plan.key,
@@ -696,6 +697,14 @@ class Engine:
         else:
             status = "executed"
         short = self.store.short_id(saved.manifest.id)
+        # A small background save is confirmed in its own cell's output: it is waited for
+        # (briefly); a large one, or a quiet cell's (a headless run), is not.
+        confirmed = job is None or (
+            status == "executed"
+            and not opts.quiet
+            and to_write < SAVING_LINE_MIN
+            and job.event.wait(STATUS_WAIT)
+        )
         if status == "executed" and not opts.quiet:
             if job is None:
                 show_status(
@@ -704,11 +713,18 @@ class Engine:
                     f"{short} ({format_size(saved.bytes_written)} written in "
                     f"{_seconds(time.perf_counter() - save_started)})",
                 )
-            elif to_write >= SAVING_LINE_MIN:
+            elif not confirmed:
                 show_status(
                     host,
                     f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saving checkpoint "
                     f"{short} ({format_size(to_write)} to write)",
+                )
+            elif job.error is None:  # (a failure is said by the writer's callback)
+                show_status(
+                    host,
+                    f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saved checkpoint "
+                    f"{short} ({format_size(job.bytes_written)} written in "
+                    f"{_seconds(time.perf_counter() - save_started)})",
                 )
         outcome = Outcome(
             status,
@@ -725,7 +741,7 @@ class Engine:
         if job is None:
             self.record(outcome, opts.cell_id, host)
         else:
-            self._later(job, outcome, opts, host, short, sorted(values), to_write)
+            self._later(job, outcome, opts, host, short, sorted(values), confirmed)
         # Shown from the recorded data, so a later restore shows exactly this (a repr may
         # count, like scikit-learn's HTML ids, or hold a memory address).
         if (

@@ -35,7 +35,7 @@ from nbclient.util import run_sync
 
 from .analysis import first_line
 from .store import StoreError, location, open_store
-from .store.journal import Journal
+from .store.journal import OUTCOME_PAYLOAD, Journal
 
 LOAD_EXTENSION = "--ext=ipy_resume"
 _ID_OK = re.compile(r"^[A-Za-z0-9_.:-]{1,120}$")
@@ -197,6 +197,22 @@ class CheckpointingCells:
         # a bucket's timeline is read through its store (events merged from every kernel)
         self.journal = Journal(store) if isinstance(store, Path) else open_store(store).journal()
         self.on_outcome = on_outcome
+        self.reported: dict[str, Any] | None = None  # the last reply's outcome payload
+        previous = getattr(self, "on_cell_executed", None)
+
+        def capture(**kwargs: Any) -> Any:
+            content = (kwargs.get("execute_reply") or {}).get("content", {})
+            self.reported = next(
+                (
+                    p
+                    for p in content.get("payload", None) or ()
+                    if isinstance(p, dict) and p.get("source") == OUTCOME_PAYLOAD
+                ),
+                None,
+            )
+            return previous(**kwargs) if previous is not None else None
+
+        self.on_cell_executed = capture
 
     async def async_execute_cell(  # type: ignore[no-untyped-def]
         self, cell, cell_index, execution_count=None, store_history=True
@@ -208,6 +224,7 @@ class CheckpointingCells:
                 cell, cell_index, execution_count, store_history
             )
         before = self.journal.last()
+        self.reported = None
         started = time.perf_counter()
         cell.source = wrapped(original, cell_id)
         try:
@@ -224,6 +241,11 @@ class CheckpointingCells:
     execute_cell = run_sync(async_execute_cell)
 
     def _outcome(self, cell_id: str, after: int | None) -> tuple[str, float]:
+        said = self.reported
+        if said is not None and said.get("cell_id") == cell_id:
+            # what the kernel said in its reply: a background save's timeline event is
+            # only written once the checkpoint is durable, after the reply
+            return str(said.get("outcome")), float(said.get("saved") or 0.0)
         try:
             events = self.journal.events(cell_id=cell_id, after=after)
         except Exception:  # the journal is a report; a broken one must not stop the run

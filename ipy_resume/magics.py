@@ -6,6 +6,7 @@ module only knows how IPython runs code and shows output.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -29,6 +30,7 @@ from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
 from .execution import compile_cell, run_compiled
 from .planning import NotebookCell, RunAllPlan, plan_run_all
 from .store import Store, StoreError, background, location, open_store, retention
+from .store.journal import OUTCOME_PAYLOAD
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
@@ -170,6 +172,26 @@ def _names(value: str | None, option: str) -> list[str]:
     return names
 
 
+def _reply_outcome(shell: Any, cell_id: str, outcome: Any) -> None:
+    """Put the cell's outcome in the execute reply, where a headless runner reads it.
+
+    (Its timeline event may be appended later: a background save's is written once the
+    checkpoint is durable.)  Front ends ignore payloads of a source they do not know.
+    """
+    payloads = getattr(shell, "payload_manager", None)
+    if payloads is None:
+        return
+    with contextlib.suppress(Exception):
+        payloads.write_payload(
+            {
+                "source": OUTCOME_PAYLOAD,
+                "cell_id": cell_id,
+                "outcome": outcome.status,
+                "saved": outcome.saved,
+            }
+        )
+
+
 @magics_class
 class CheckpointMagics(Magics):
     """``%%checkpoint`` (cell) and ``%checkpoint`` (line) bound to one shell."""
@@ -279,6 +301,7 @@ class CheckpointMagics(Magics):
         finally:
             if engine.last_outcome is not None:
                 comm.push_outcome(self.shell, engine, opts, engine.last_outcome, cell)
+                _reply_outcome(self.shell, opts.cell_id, engine.last_outcome)
 
     def _options(self, line: str) -> CheckpointOptions:
         """The ``%%checkpoint`` line as options (UsageError when it is malformed)."""

@@ -94,13 +94,12 @@ def lookup(obj: object) -> tuple[str, str] | None:
         return None
     module = sys.modules.get(found[0])
     if module is None or getattr(module, found[1], None) is not obj:
-        _index_modules(full=True)  # the module rebound the name since: look again once
-        found = _index.get(id(obj))
-        if found is None:
-            return None
-        module = sys.modules.get(found[0])
-        if module is None or getattr(module, found[1], None) is not obj:
-            return None
+        # A stale entry: the attribute was rebound, and *obj* merely sits at the address
+        # of the object it held (addresses are reused).  Dropped, not re-indexed: a full
+        # walk of every module costs ~10 ms, and an object bound into a module since the
+        # last walk is not in the index whatever its address (as for any other object).
+        _index.pop(id(obj), None)
+        return None
     return found
 
 

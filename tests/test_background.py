@@ -104,14 +104,15 @@ def test_checkpoint_wait_makes_everything_durable(
         assert bg_shell.run_cell(f"%%checkpoint c{i}\nv{i} = list(range({i} + 5))").success
     assert len(background.pending()) == 3
     threading.Timer(0.3, gate.open.set).start()
-    capsys.readouterr()
+    early = capsys.readouterr()
     bg_shell.run_line_magic("checkpoint", "wait")
     out = capsys.readouterr()
     assert "3 pending save(s) are durable now" in out.out
     assert background.pending() == []
     assert len(Store(isolated / "store").manifests()) == 3
-    # each cell says "saved checkpoint" once, when its save is durable
-    assert out.err.count("saved checkpoint") == 3, out.err
+    # each cell says "saved checkpoint" once: a small save's bytes are staged (handed to
+    # the OS) when the cell returns, and the line says so then
+    assert (early.err + out.err).count("saved checkpoint") == 3, early.err + out.err
     bg_shell.run_line_magic("checkpoint", "wait")
     assert "nothing was pending" in capsys.readouterr().out
 

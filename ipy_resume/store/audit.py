@@ -49,6 +49,7 @@ _KNOWN_TOP = {
     "objects",
     "manifests",
     "quarantine",
+    "pending",  # commit records of saves being made durable (store/pending.py)
 }
 
 

@@ -1,29 +1,32 @@
-"""The background writer: snapshots made durable off the cell's critical path.
+"""The background writer: staged saves made durable off the cell's critical path.
 
-A ``%%checkpoint`` cell returns once its save is a :class:`Snapshot` that owns
-its bytes; one writer thread per process then commits the snapshots in the
-order they were submitted (so a checkpoint that links to an earlier one's blobs
-is published after them).  What is guaranteed:
+A ``%%checkpoint`` cell returns once its save is a :class:`Snapshot` whose bytes
+are handed to the OS (:meth:`Snapshot.stage`: blobs in temporary files, the
+commit recorded in ``pending/``, see :mod:`ipy_resume.store.pending`); one writer
+thread per process then commits the snapshots in the order they were submitted
+(so a checkpoint that links to an earlier one's blobs is published after them).
+What is guaranteed:
 
 * **Never half a checkpoint.**  The commit is :meth:`Store.save`'s protocol:
   blobs durable first, the manifest published last with ``os.link``.  A crash
-  before the end loses that checkpoint (and leaves unreferenced blobs or temp
-  files that ``gc`` removes), never an older one.
+  before the end leaves the commit record, which the next reader of the store
+  finishes after verifying every byte (or drops, with its files), never an older
+  checkpoint touched.
 * **Group commit.**  Snapshots queued together are committed together: every
-  blob of the batch is written and fsynced, each blob folder is fsynced once,
-  then every manifest is written and fsynced and each manifest folder is fsynced
-  once.  No manifest is published before every blob of the batch is durable, so
-  the order "blobs, then the manifest that names them" still holds.
+  blob of the batch is made durable, each blob folder is fsynced once, then every
+  manifest is written and fsynced and each manifest folder is fsynced once.  No
+  manifest is published before every blob of the batch is durable, so the order
+  "blobs, then the manifest that names them" still holds.
 * **Read your own writes.**  :func:`barrier` waits for the pending saves of a
   store (or of one key); the store calls it before it lists or finds
   checkpoints, so a run of a key that is still saving restores what the save
   holds, and ``list``, ``restore`` and ``verify`` see every checkpoint.
 * **Shutdown flushes.**  An ``atexit`` handler (and :func:`flush`, called by
   ``%checkpoint wait`` and by the kernel's shutdown hook) waits for everything.
-* **A memory budget.**  Snapshots waiting to be written hold copies of their
-  arrays; :func:`budget` bytes at most (default a quarter of RAM, or
-  ``$IPY_RESUME_SNAPSHOT_BUDGET``, e.g. ``2G``; ``0`` turns background saving
-  off).  A save that does not fit is committed synchronously, as before.
+* **A budget.**  Staged bytes waiting for the writer (dirty pages the OS holds;
+  on a bucket store, copies in memory): :func:`budget` bytes at most (default a
+  quarter of RAM, or ``$IPY_RESUME_SNAPSHOT_BUDGET``, e.g. ``2G``; ``0`` turns
+  background saving off).  A save that does not fit is committed synchronously.
 
 What happens when a commit ends (durable or failed) is reported twice: the
 job's ``notify`` callback runs on the writer thread as soon as it is known (the
@@ -60,24 +63,23 @@ __all__ = [
 ]
 
 SWITCH_ENV = "IPY_RESUME_BACKGROUND"
-"""``1`` (or ``on``) turns background saving on for ``%%checkpoint`` cells; off by default."""
+"""``0`` (or ``off``) makes every ``%%checkpoint`` save synchronous; on by default."""
 BUDGET_ENV = "IPY_RESUME_SNAPSHOT_BUDGET"
 """Bytes of snapshots that may wait for the writer (``0``: every save is synchronous)."""
 _BATCH_MAX = 32  # snapshots committed together at most
 
 
 def enabled() -> bool:
-    """True when ``$IPY_RESUME_BACKGROUND`` asks for background saves (off by default).
+    """True unless ``$IPY_RESUME_BACKGROUND`` is ``0`` (or ``off``): saves go to the writer.
 
-    Off by default for now: ``ipy-resume run`` promises that every completed cell is
-    restored after a crash, which needs each save durable before the next cell; and
-    an array's snapshot is a copy, where a save of a 1 GB array must not double the
-    kernel's memory.  Both need more than this module has yet.
+    A background save is staged before the cell returns (its bytes handed to the OS,
+    see :mod:`ipy_resume.store.pending`), so a kernel that dies before the writer
+    has made it durable loses nothing: the next run finishes the commit.
 
-    >>> os.environ["IPY_RESUME_BACKGROUND"] = "1"; enabled()
-    True
+    >>> os.environ["IPY_RESUME_BACKGROUND"] = "0"; enabled()
+    False
     """
-    return os.environ.get(SWITCH_ENV, "").strip().lower() in ("1", "on", "true", "yes")
+    return os.environ.get(SWITCH_ENV, "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def budget() -> int:
@@ -169,6 +171,10 @@ _atexit_registered = False
 
 
 def _finish(job: Job) -> None:
+    if job.error is None:
+        job.snapshot.settle()
+    else:  # nothing of it was committed: its staged files must not be finished later
+        job.snapshot.abandon()
     with _writer.mutex:
         job.finished = time.perf_counter()
         _writer.held -= job.snapshot.size
@@ -256,8 +262,9 @@ def submit(
 ) -> Job | None:
     """Queue *snapshot* for the writer, or return None when it does not fit the budget.
 
-    The snapshot is made to own its bytes first (:meth:`Snapshot.own`); from then on
-    the caller may let the kernel change the values.
+    The snapshot is staged first (:meth:`Snapshot.stage`; on a bucket store, made to
+    own its bytes with :meth:`Snapshot.own`); from then on the caller may let the
+    kernel change the values.
 
     >>> job = submit(store.snapshot("c", key, values))  # doctest: +SKIP
     >>> job.event.wait(); job.error is None  # doctest: +SKIP
@@ -273,7 +280,10 @@ def submit(
             return None
         _writer.held += size
     try:
-        snapshot.own()
+        if snapshot.can_stage():
+            snapshot.stage()
+        else:
+            snapshot.own()
     except BaseException:
         with _writer.mutex:
             _writer.held -= size

@@ -271,8 +271,16 @@ class BlobStore:
 
     def check(self, address: str, algo: str, checksum: str, size: int) -> str | None:
         """Verify a blob without keeping it in memory; None when sound, else what is wrong."""
+        return self.check_file(self.path(address), algo, checksum, size)
+
+    @staticmethod
+    def check_file(path: Path, algo: str, checksum: str, size: int) -> str | None:
+        """:meth:`check` of the file at *path* (a blob not yet moved to its name).
+
+        >>> BlobStore.check_file(temp, "sha256", expected, 5)  # doctest: +SKIP
+        """
         try:
-            with open(self.path(address), "rb", buffering=0) as f:
+            with open(path, "rb", buffering=0) as f:
                 actual = os.fstat(f.fileno()).st_size
                 if actual != size:
                     if actual < size:

@@ -53,6 +53,9 @@ __all__ = [
     "move",
     "remove",
     "remove_empty_dir",
+    "settle",
+    "stage",
+    "temp_name",
 ]
 
 TEMP_PREFIX = ".tmp-"
@@ -186,8 +189,14 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def makedirs(path: str | os.PathLike[str], mode: int = 0o777) -> None:
-    """Create *path* and its missing parents, fsyncing each parent of a new folder."""
+def makedirs(
+    path: str | os.PathLike[str], mode: int = 0o777, dirs: set[Path] | None = None
+) -> None:
+    """Create *path* and its missing parents, fsyncing each parent of a new folder.
+
+    With *dirs* (a save staged now and made durable later), those parents are added
+    to the set instead, for the caller to fsync before it publishes anything in them.
+    """
     target = Path(path)
     missing: list[Path] = []
     p = target
@@ -203,7 +212,10 @@ def makedirs(path: str | os.PathLike[str], mode: int = 0o777) -> None:
             if not d.is_dir():
                 raise
             continue  # another process made it
-        fsync_dir(d.parent)
+        if dirs is None:
+            fsync_dir(d.parent)
+        else:
+            dirs.add(d.parent)
 
 
 class AtomicFile:
@@ -275,6 +287,73 @@ def atomic_write(
         with contextlib.suppress(OSError):
             _unlink(temp)
         raise
+    if dirs is None:
+        fsync_dir(target.parent)
+    else:
+        dirs.add(target.parent)
+
+
+def temp_name(path: str | os.PathLike[str]) -> Path:
+    """A new temporary name beside *path* (what :func:`atomic_write` writes to first).
+
+    >>> temp_name("/tmp/x.bin").name.startswith(TEMP_PREFIX)
+    True
+    """
+    target = Path(path)
+    return target.with_name(f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(6)}")
+
+
+def stage(path: str | os.PathLike[str], chunks: Any, temp: Path | None = None) -> Path:
+    """Write *chunks* to a new temporary file beside *path*, without fsync; returns its path.
+
+    The first half of :func:`atomic_write`, for a commit finished later (and perhaps by
+    another process) with :func:`settle`.  On any error the temporary file is removed.
+
+    >>> temp = stage("/tmp/doc-staged.bin", [b"hello"])  # doctest: +SKIP
+    """
+    target = Path(path)
+    temp = temp_name(target) if temp is None else temp
+    fd = _open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_BINARY, 0o666)
+    try:
+        f = AtomicFile(fd, target, temp)
+        for chunk in chunks:
+            f.write(chunk)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            _unlink(temp)
+        raise
+    os.close(fd)
+    return temp
+
+
+def settle(
+    temp: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    *,
+    exclusive: bool = False,
+    dirs: set[Path] | None = None,
+) -> None:
+    """Make a file written by :func:`stage` durable and move it to *path*.
+
+    The second half of :func:`atomic_write`: fsync, then replace (or, *exclusive*, link:
+    :class:`FileExistsError` when *path* exists), then the folder's fsync (or, with
+    *dirs*, its folder added for the caller to fsync).  A *path* that already exists with
+    a content-addressed name is the same bytes: callers drop the temporary file instead.
+
+    >>> settle(temp, "/tmp/doc-staged.bin")  # doctest: +SKIP
+    """
+    source, target = Path(temp), Path(path)
+    fd = _open(source, os.O_RDONLY | _O_CLOEXEC | _O_BINARY)
+    try:
+        _fsync(fd)
+    finally:
+        os.close(fd)
+    if exclusive:
+        _publish_exclusive(source, target)
+    else:
+        _replace(source, target)
     if dirs is None:
         fsync_dir(target.parent)
     else:

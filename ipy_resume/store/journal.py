@@ -367,6 +367,10 @@ def _inode(path: Path) -> int | None:
 
 
 REBUILT = "rebuilt from its manifest: the journal was lost or damaged"
+OUTCOME_PAYLOAD = "ipy_resume"
+"""The ``source`` of the execute-reply payload naming a ``%%checkpoint`` cell's outcome
+(read by headless runs: a background save's event is appended once it is durable)."""
+RECOVERED = "saved by a kernel that died before the save was durable; finished after it"
 """``detail`` of the events :func:`rebuild` makes."""
 
 

@@ -52,6 +52,23 @@ LOCK_FILE = "lock"
 
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
 
+# Descriptors of the locks this process holds.  A child forked while one is held (a
+# multiprocessing pool, the writer of a large save) would keep the lock for as long as
+# it lives, and a gc would wait for it: the child closes its copies (the lock stays
+# with the parent, whose descriptor is still open).
+_held: set[int] = set()
+
+
+def _forget_in_child() -> None:
+    for fd in list(_held):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
 
 class StoreLocked(fsio.SaveError):
     """The store lock could not be taken within the timeout; nothing was changed."""
@@ -192,9 +209,11 @@ def hold(
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, json.dumps(doc).encode("utf-8"), 0)
+        _held.add(fd)
         yield bool(got)
     finally:
         if fd >= 0:
+            _held.discard(fd)
             os.close(fd)  # closing the descriptor releases the flock
 
 

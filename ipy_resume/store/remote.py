@@ -241,6 +241,7 @@ class RemoteStore(Store):
     """
 
     lease_stale: float = LEASE_STALE
+    stages_saves = False  # a save goes up before the cell returns (nothing local to stage to)
 
     def __init__(
         self,

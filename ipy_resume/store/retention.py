@@ -49,7 +49,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from ipy_resume import units
-from ipy_resume.store import blobs, fsio, lock, manifest
+from ipy_resume.store import blobs, fsio, lock, manifest, pending
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
 from ipy_resume.store.journal import Journal
 from ipy_resume.store.manifest import Manifest
@@ -441,6 +441,10 @@ def collect(
         if grace is None:
             grace = 0.0 if locked else UNLOCKED_GRACE
         now = time.time()
+        # saves staged by kernels that died are finished first (they are checkpoints
+        # like any other); a live writer's staged files are spared below
+        pending.recover(store)
+        staged = pending.live_temps(store.root)
         scan = _scan(store)
         # checkpoints that can never load: a blob is missing or fails its checksum (a
         # concurrent save may have written it again since the audit: checked again)
@@ -514,7 +518,11 @@ def collect(
         for folder, _dirs, names in os.walk(store.root):
             for name in names:
                 path = Path(folder) / name
-                if fsio.is_temp_name(name) and _old_enough(path, grace, now):
+                if (
+                    fsio.is_temp_name(name)
+                    and _old_enough(path, grace, now)
+                    and path.resolve() not in staged
+                ):
                     size = _size(path)
                     if remove(path):
                         report.removed_temp += 1

@@ -22,13 +22,16 @@ several snapshots, between the two steps.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import signal
+import sys
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ipy_resume.store import blobs, fsio, lock
+from ipy_resume.store import blobs, fsio, lock, manifest, pending
 from ipy_resume.store.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -52,6 +55,60 @@ def _copy(chunk: Any) -> np.ndarray:
     return out
 
 
+FORK_MIN = 4 << 20
+"""A staged save this large is written by a forked child (see :meth:`Snapshot.stage`)."""
+FORK_ENV = "IPY_RESUME_FORK"
+"""``0`` stages every save in the kernel's own process."""
+
+
+def _may_fork(size: int) -> bool:
+    return (
+        size >= FORK_MIN
+        and sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and os.environ.get(FORK_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+    )
+
+
+def _fork_writer(
+    todo: list[tuple[str, list[Any], int, Path]], record: Path, data: bytes
+) -> tuple[int, int]:
+    """Fork a child that writes each blob to its temporary file, then the record.
+
+    The child runs nothing but these writes and leaves with ``os._exit``: no atexit
+    handler, no stream of the kernel's, no lock of another thread's is touched.  It
+    says why it failed on a pipe as ``errno|file|message``.
+    """
+    reader, writer = os.pipe()
+    try:
+        pid = os.fork()
+    except BaseException:
+        os.close(reader)
+        os.close(writer)
+        raise
+    if pid == 0:  # the child
+        code = 1
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the kernel's
+            os.close(reader)
+            current = ""
+            try:
+                for _address, chunks, size, temp in todo:
+                    current = os.fspath(temp)
+                    pending.stage_blob(temp, chunks, size, temp=temp)
+                current = os.fspath(record)
+                pending.write_record(record, data)
+                code = 0
+            except OSError as exc:
+                os.write(writer, f"{exc.errno}|{exc.filename or current}|{exc.strerror}".encode())
+            except BaseException as exc:
+                os.write(writer, f"{errno.EIO}|{current}|{exc}".encode())
+        finally:
+            os._exit(code)
+    os.close(writer)
+    return pid, reader
+
+
 class Snapshot:
     """One save serialised to memory (see the module docstring).
 
@@ -68,8 +125,10 @@ class Snapshot:
         writer: _Writer,
         failed: dict[str, str],
         suspect: set[PurePath] | None,
+        held: contextlib.ExitStack | None = None,
     ) -> None:
         self.store = store
+        self.held = held  # the store's shared lock, from the dedup decision to the commit
         self.manifest = manifest
         self.writer = writer
         self.failed = failed
@@ -77,6 +136,10 @@ class Snapshot:
         self.owned = False
         self.manifest_bytes = 0
         self._written: set[str] = set()
+        self.staged: list[pending.Staged] | None = None  # see stage()
+        self.record: Path | None = None  # the commit record of a staged save
+        self.child: tuple[int, int] | None = None  # (pid, pipe) of a forked stage
+        self.new_dirs: set[Path] = set()  # parents of folders stage() made, to fsync
 
     @property
     def id(self) -> str:
@@ -107,6 +170,119 @@ class Snapshot:
                 self.writer.deferred[i] = (address, owned, size)
         self.owned = True
 
+    def can_stage(self) -> bool:
+        """Whether :meth:`stage` applies: a store in a local folder (not a bucket)."""
+        return self.store.stages_saves
+
+    def stage(self) -> None:
+        """Hand the blobs to the OS now and record the commit still to do (no fsync).
+
+        Every blob still to write goes to a temporary file beside its final name, and
+        the signed manifest with the list of those files to ``pending/`` (see
+        :mod:`ipy_resume.store.pending`).  From here on the snapshot holds no memory of
+        the kernel's, and a kernel that dies before the commit loses nothing: the next
+        process that reads the store finishes it, after verifying every byte.
+
+        A save of :data:`FORK_MIN` bytes or more (on Linux) is written by a forked
+        child instead: the child sees the values as they are now, copy-on-write, so
+        the cell returns at once and a later change in the kernel never reaches what
+        is saved (the kernel pays for a page it writes meanwhile with a copy of that
+        page).  The writer thread waits for the child before it commits.
+
+        >>> snap.stage()  # doctest: +SKIP
+        """
+        store, writer = self.store, self.writer
+        todo = [
+            (address, chunks, size, fsio.temp_name(store.blobs.path(address)))
+            for address, chunks, size in writer.deferred or ()
+        ]
+        staged = [pending.Staged(temp, address, size) for address, _c, size, temp in todo]
+        self.staged = staged
+        try:
+            # new folders are made durable by the writer, before it publishes
+            for address, _chunks, _size, _temp in todo:
+                writer.current = store.blobs.path(address)
+                fsio.makedirs(writer.current.parent, dirs=self.new_dirs)
+            writer.current = None
+            self.manifest.bytes_written = sum(s.size for s in staged)
+            path = pending.record_path(store.root, self.manifest.id)
+            fsio.makedirs(path.parent, dirs=self.new_dirs)
+            record = pending.record_bytes(
+                store.root, manifest.encode(self.manifest, store.key), staged
+            )
+            if _may_fork(self.size):
+                self.child = _fork_writer(todo, path, record)
+                self.record = path
+            else:
+                for address, chunks, size, temp in todo:
+                    writer.current = store.blobs.path(address)
+                    pending.stage_blob(writer.current, chunks, size, temp=temp)
+                writer.current = None
+                self.record = pending.write_record(path, record)
+        except BaseException as exc:
+            self.abandon()
+            if isinstance(exc, OSError):  # said as a save's failure, naming the file
+                raise self.error(exc) from exc
+            raise
+        writer.deferred = []
+        self.owned = True
+
+    def _reap(self, kill: bool = False) -> None:
+        """Wait for the forked child (killed first with *kill*); raise its failure."""
+        if self.child is None:
+            return
+        pid, reader = self.child
+        self.child = None
+        if kill:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            with os.fdopen(reader, "rb") as pipe:
+                said = pipe.read()
+        except OSError:
+            said = b""
+        _pid, status = os.waitpid(pid, 0)
+        if kill or os.waitstatus_to_exitcode(status) == 0:
+            return
+        code, _, rest = said.decode("utf-8", "replace").partition("|")
+        filename, _, message = rest.partition("|")
+        raise OSError(
+            int(code) if code.isdigit() else errno.EIO,
+            message or f"the process writing the blobs ended with status {status}",
+            filename or None,
+        )
+
+    def abandon(self) -> None:
+        """Remove what :meth:`stage` left (the commit failed or will not happen)."""
+        self._reap(kill=True)
+        for s in self.staged or ():
+            with contextlib.suppress(OSError):
+                os.unlink(s.temp)
+        self.settle()
+        self.staged = None
+
+    def release(self) -> None:
+        """Let go of the store's shared lock (the commit is done, or will not happen)."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.close()
+
+    def __del__(self) -> None:  # a snapshot dropped without a commit must not keep the lock
+        with contextlib.suppress(Exception):
+            self.release()
+
+    def settle(self) -> None:
+        """The commit is durable (or abandoned): its record is not needed any more.
+
+        Removed without a folder fsync: a record that outlives a crash names a commit that
+        is published already (or blobs that are gone), which recovery finds and drops.
+        """
+        if self.record is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.record)
+            self.record = None
+        self.release()
+
     def result(self, bytes_written: int = 0) -> SaveResult:
         """What :meth:`Store.save` would have returned (bytes as far as known)."""
         from ipy_resume.store.store import SaveResult
@@ -128,6 +304,21 @@ class Snapshot:
         """
         store, writer = self.store, self.writer
         fsio.makedirs(store.blobs.objects)
+        self._reap()
+        for folder in sorted(self.new_dirs):
+            if dirs is None:
+                fsio.fsync_dir(folder)
+            else:
+                dirs.add(folder)
+        self.new_dirs = set()
+        for s in self.staged or ():
+            writer.current = store.blobs.path(s.address)
+            if store.blobs.exists(s.address, s.size):  # written meanwhile by another save
+                fsio.remove(s.temp)
+            else:
+                fsio.settle(s.temp, writer.current, dirs=dirs)
+                writer.bytes_written += s.size
+            self._written.add(s.address)
         for address, chunks, size in writer.deferred or ():
             writer.current = store.blobs.path(address)
             writer.bytes_written += store.blobs.put(
@@ -185,9 +376,15 @@ class Snapshot:
                 self.write_blobs(locked)
                 self.publish()
         except lock.StoreLocked as exc:
+            self.abandon()
             raise store._locked_error(self.manifest.cell_id, exc) from exc
         except OSError as exc:
+            self.abandon()
             raise store._save_error(self.manifest.cell_id, exc, self.writer.current) from exc
+        except BaseException:
+            self.abandon()
+            raise
+        self.settle()
         return self.result(self.writer.bytes_written + self.manifest_bytes)
 
     def error(self, exc: BaseException) -> Exception:

@@ -23,6 +23,7 @@ import os
 import platform
 import re
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ from ipy_resume.store import (
     info,
     lock,
     manifest,
+    pending,
     retention,
     signing,
 )
@@ -55,7 +57,7 @@ from ipy_resume.store.fsio import (
     StoreError,
     Untrusted,
 )
-from ipy_resume.store.journal import Journal
+from ipy_resume.store.journal import RECOVERED, Journal, events_from_manifests
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import BlobRef, Manifest
 from ipy_resume.store.retention import GcReport
@@ -427,6 +429,8 @@ class Store:
 
     lock_timeout: float = 120.0
     """Seconds a save waits for a running ``gc`` before giving up (values stay in memory)."""
+    stages_saves: bool = True
+    """Saves can be staged to local files and made durable in the background (not a bucket)."""
 
     def __init__(self, root: str | os.PathLike[str], key: bytes | None = None) -> None:
         self.root = Path(root)
@@ -439,6 +443,9 @@ class Store:
         self._journal: Journal | None = None
         self._id_cache: tuple[float, set[str]] | None = None  # (when listed, ids)
         self._read_cache: dict[PurePath, tuple[bytes, Manifest]] = {}
+        # the pending/ folder as last looked at, and when: see _settle_pending
+        self._pending_seen: tuple[int, int] | None = None
+        self._pending_checked = 0.0
 
     def __repr__(self) -> str:
         return f"Store({os.fspath(self.root)!r})"
@@ -637,8 +644,14 @@ class Store:
         for name in [*values, *extras]:
             _check_text("a value name", name)
         writer = _Writer(self.blobs, defer=True)
+        # The shared lock is held from here, where blobs found present are left out
+        # (dedup), to the commit (Snapshot.release): a gc cannot remove one in between.
+        held = contextlib.ExitStack()
         try:
             seed_base = self.seed_base
+            held.enter_context(
+                lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="save")
+            )
             m, failed = self._build(
                 writer,
                 manifest.new_checkpoint_id(),
@@ -650,11 +663,18 @@ class Store:
                 complete,
                 linker,
             )
+        except lock.StoreLocked as exc:
+            held.close()
+            raise self._locked_error(cell_id, exc) from exc
         except OSError as exc:
+            held.close()
             raise self._save_error(cell_id, exc, writer.current) from exc
+        except BaseException:
+            held.close()
+            raise
         m.seed_base = seed_base
         suspect = self._suspect.get((cell_id, key))
-        return Snapshot(self, m, writer, failed, suspect)
+        return Snapshot(self, m, writer, failed, suspect, held=held)
 
     def _build(
         self,
@@ -798,6 +818,58 @@ class Store:
                 self._id_cache[1].add(m.id)
             return len(data)
         raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
+
+    def publish_recovered(self, m: Manifest, data: bytes) -> None:
+        """Publish *m*, verified from *data*, whose blobs are durable (a dead writer's save).
+
+        Raises :class:`FileExistsError` when it is published already (another process
+        finished the same commit first).  See :mod:`ipy_resume.store.pending`.
+        """
+        folder = self._key_dir(m.cell_id, m.key)
+        fsio.makedirs(folder)
+        path = folder / f"{m.id}.json"
+        with fsio.atomic_write(path, exclusive=True) as f:
+            f.write(data)
+        m.path = path
+
+    def _settle_pending(self) -> None:
+        """Before reading: finish the staged saves of kernels that died (see pending.py).
+
+        One ``stat`` when nothing changed: the folder is scanned again when an entry was
+        added or removed, or every second while a live writer's records remain.
+        """
+        try:
+            st = os.stat(self.root / pending.FOLDER)
+        except OSError:
+            return
+        stamp = (st.st_mtime_ns, st.st_nlink)
+        now = time.monotonic()
+        if stamp == self._pending_seen and now - self._pending_checked < 1.0:
+            return
+        self._pending_checked = now
+        done = pending.recover(self)
+        with contextlib.suppress(OSError):
+            st = os.stat(self.root / pending.FOLDER)
+            stamp = (st.st_mtime_ns, st.st_nlink)
+        self._pending_seen = stamp
+        if done.finished:
+            self._id_cache = None
+            self._note_recovered(done.finished)
+
+    def _note_recovered(self, ids: list[str]) -> None:
+        """Timeline events for the saves finished on behalf of a dead kernel."""
+        wanted = set(ids)
+        paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] in wanted]
+        recovered = list(self._verified(paths))
+        try:
+            journal = self.journal()
+            for event in events_from_manifests(sorted(recovered, key=manifest.order_key)):
+                event.detail = RECOVERED
+                # (not the stand-in's id: append replaces a stand-in of the same checkpoint)
+                event.event_id = f"recovered-{event.checkpoint_id}"
+                journal.append(event)
+        except (OSError, sqlite3.Error):
+            pass  # the timeline misses a row; the checkpoints themselves are whole
 
     # -- healing ---------------------------------------------------------------
 
@@ -945,6 +1017,7 @@ class Store:
         _check_key(key)
         # read our own writes: a save of this key still being written is waited for
         background.barrier(self.root, key=(cell_id, key), callbacks=False)
+        self._settle_pending()
         problem: StoreError | None = None
         good: list[Manifest] = []
         bad: list[PurePath] = []
@@ -1010,6 +1083,7 @@ class Store:
         """Every verified checkpoint of *cell_id* (any key, complete or not), oldest first."""
         _check_cell_id(cell_id)
         background.barrier(self.root, cell_id=cell_id, callbacks=False)
+        self._settle_pending()
         cdir = self.root / "manifests" / manifest.cell_dir(cell_id)
         found = [
             m
@@ -1021,6 +1095,7 @@ class Store:
     def manifests_except(self, ids: set[str]) -> list[Manifest]:
         """Every verified checkpoint whose id is not in *ids* (the others are not read)."""
         background.barrier(self.root, callbacks=False)
+        self._settle_pending()
         paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] not in ids]
         return sorted(self._verified(paths), key=manifest.order_key)
 
@@ -1062,6 +1137,7 @@ class Store:
     def manifests(self) -> list[Manifest]:
         """Every verified checkpoint of the store, oldest first."""
         background.barrier(self.root, callbacks=False)
+        self._settle_pending()
         found = list(self._verified(self._manifest_paths(self._all_cell_dirs())))
         return sorted(found, key=manifest.order_key)
 

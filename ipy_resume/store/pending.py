@@ -1,0 +1,298 @@
+"""Saves handed to the OS but not yet durable, and their completion after a crash.
+
+A background save is *staged* on the kernel's thread when the cell returns: every
+blob it adds is written to a temporary file beside its final name (no fsync, so
+at page-cache speed and without a second copy of the data in the kernel's memory),
+and a record of the commit still to do is written to ``pending/<id>.json``: the
+signed manifest and, for each blob, the temporary file that holds it.  The
+background writer then fsyncs those files, moves them into place, and publishes
+the manifest (see :mod:`ipy_resume.store.background`); the record goes last.
+
+Because the bytes live in the OS, not in the kernel, a kernel that dies (SIGKILL,
+out of memory, a crash in C code) loses nothing it staged: the next process that
+reads the store finds the records of dead writers and finishes their commits
+(:func:`recover`), after checking the manifest's signature and every staged
+blob's checksum.  What is never trusted: the record itself.  Its manifest must
+verify under this store's key, and each blob is read whole and checked against
+the checksum the manifest gives before it is fsynced and moved into place; a
+blob that fails (the machine lost power before the writer's fsync, say) abandons
+that commit: the cell executes again next time, as for any lost save.
+
+A record names its writer by process id, process start time and boot id, so a
+process id reused after a reboot or by a later process is not taken for the
+writer, and a live writer's commit is never taken over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any
+
+from ipy_resume.store import fsio
+
+if TYPE_CHECKING:
+    from ipy_resume.store.store import Store
+
+__all__ = [
+    "FOLDER",
+    "Recovered",
+    "Staged",
+    "live_temps",
+    "owner",
+    "record_bytes",
+    "record_path",
+    "records",
+    "recover",
+    "stage_blob",
+    "write_record",
+]
+
+FOLDER = "pending"
+"""The store sub-folder of commit records (one ``<checkpoint id>.json`` per staged save)."""
+
+_VERSION = 1
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """The start time of process *pid* (clock ticks since boot), '' where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    # the command name (field 2) may hold spaces and parentheses: split after its end
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if fields and fields[0] in ("Z", "X"):
+        return "dead"  # a zombie runs nothing any more
+    return fields[19] if len(fields) > 19 else ""
+
+
+_BOOT = _boot_id()
+
+
+def owner() -> dict[str, Any]:
+    """What names this process as the writer of a record.
+
+    >>> owner()["pid"] == os.getpid()
+    True
+    """
+    pid = os.getpid()
+    return {"pid": pid, "start": _start_time(pid), "boot": _BOOT}
+
+
+def _alive(who: Any) -> bool:
+    """Whether the writer *who* (a record's ``owner``) may still commit its save."""
+    if not isinstance(who, dict):
+        return False
+    pid, start, boot = who.get("pid"), who.get("start"), who.get("boot")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    if _BOOT and boot and boot != _BOOT:
+        return False  # written before a reboot
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    except OSError:
+        return False
+    now = _start_time(pid)
+    if now == "dead":
+        return False
+    return not (start and now and now != start)
+
+
+@dataclass
+class Staged:
+    """One blob of a staged save: its temporary file, address and size."""
+
+    temp: Path
+    address: str
+    size: int
+
+
+def record_bytes(
+    root: Path, manifest_bytes: bytes, staged: list[Staged], who: dict[str, Any] | None = None
+) -> bytes:
+    """The commit record of a staged save: the signed manifest, its staged blobs, the writer.
+
+    >>> record_bytes(store.root, encoded, staged)  # doctest: +SKIP
+    b'{"version": 1, ...}'
+    """
+    doc = {
+        "version": _VERSION,
+        "owner": owner() if who is None else who,
+        "manifest": manifest_bytes.decode("utf-8"),
+        "blobs": [[os.path.relpath(s.temp, root), s.address, s.size] for s in staged],
+    }
+    return json.dumps(doc).encode("utf-8")
+
+
+def record_path(root: Path, checkpoint_id: str) -> Path:
+    """Where the commit record of checkpoint *checkpoint_id* goes."""
+    return root / FOLDER / f"{checkpoint_id}.json"
+
+
+def write_record(path: Path, data: bytes) -> Path:
+    """Make a commit record visible at *path* (atomically, not durably).
+
+    >>> write_record(record_path(store.root, m.id), record_bytes(...))  # doctest: +SKIP
+    PosixPath('.../pending/0190ab3f2a9c.json')
+    """
+    fsio.makedirs(path.parent)
+    temp = fsio.stage(path, [data])
+    os.replace(temp, path)
+    return path
+
+
+def records(root: Path) -> list[Path]:
+    """The commit records in the store at *root*, oldest first (by name: ids sort by time)."""
+    try:
+        names = os.listdir(root / FOLDER)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [root / FOLDER / n for n in sorted(names) if n.endswith(".json")]
+
+
+def live_temps(root: Path) -> set[Path]:
+    """Temporary files that a live writer's records still name (``gc`` spares them)."""
+    keep: set[Path] = set()
+    for path in records(root):
+        doc = _load(path)
+        if doc is None or not _alive(doc.get("owner")):
+            continue
+        for entry in doc.get("blobs", []):
+            with contextlib.suppress(TypeError, ValueError, IndexError):
+                keep.add((root / str(entry[0])).resolve())
+    return keep
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("version") == _VERSION else None
+
+
+@dataclass
+class Recovered:
+    """What :func:`recover` did: commits finished, and those abandoned (with why)."""
+
+    finished: list[str]
+    abandoned: dict[str, str]
+
+
+def recover(store: Store) -> Recovered:
+    """Finish the staged saves of writers that died; abandon those that cannot be trusted.
+
+    Called before a store is read (``find``, ``list``), so a run after a crash
+    restores every cell whose save the dead kernel had staged.
+
+    >>> recover(store).finished  # doctest: +SKIP
+    ['0190ab3f2a9c1d2e']
+    """
+    done = Recovered([], {})
+    root = store.root
+    for path in records(root):
+        doc = _load(path)
+        if doc is None:
+            # unreadable: a record is made visible whole (rename), so this is damage
+            _drop(path, doc, root)
+            done.abandoned[path.stem] = "its commit record is unreadable"
+            continue
+        if _alive(doc.get("owner")):
+            continue
+        problem = _finish(store, doc)
+        _drop(path, doc, root)
+        if problem is None:
+            done.finished.append(path.stem)
+        else:
+            done.abandoned[path.stem] = problem
+    return done
+
+
+def _finish(store: Store, doc: dict[str, Any]) -> str | None:
+    """Verify and commit one dead writer's save; None on success, else why not."""
+    from ipy_resume.store import manifest
+
+    root = store.root
+    try:
+        data = str(doc["manifest"]).encode("utf-8")
+        m = manifest.decode(data, store.key, rel=f"{FOLDER}/record", store=os.fspath(root))
+    except (KeyError, fsio.StoreError) as exc:
+        return f"its manifest does not verify ({exc})"
+    temps: dict[str, Path] = {}
+    for entry in doc.get("blobs", []):
+        try:
+            rel, address, _size = str(entry[0]), str(entry[1]), int(entry[2])
+        except (TypeError, ValueError, IndexError):
+            return "its commit record is damaged"
+        temp = (root / rel).resolve()
+        final = store.blobs.path(address)
+        # only a temporary file beside the blob's own name is taken (never a path elsewhere)
+        if temp.parent != final.parent.resolve() or not fsio.is_temp_name(temp.name):
+            return "its commit record names a file outside the store's objects"
+        temps[address] = temp
+    dirs: set[Path] = set()
+    for ref in m.blob_refs():
+        if store.blobs.exists(ref.blob, ref.size):
+            continue
+        staged = temps.get(ref.blob)
+        if staged is None:
+            return f"blob {ref.blob[:16]}… is missing"
+        problem = store.blobs.check_file(staged, ref.algo, ref.checksum, ref.size)
+        if problem is not None:
+            return f"blob {ref.blob[:16]}… {problem}"
+        try:
+            fsio.settle(staged, store.blobs.path(ref.blob), dirs=dirs)
+        except OSError as exc:
+            return f"blob {ref.blob[:16]}… could not be moved into place ({exc})"
+    try:
+        for folder in sorted(dirs):
+            fsio.fsync_dir(folder)
+        store.publish_recovered(m, data)
+    except FileExistsError:
+        return None  # another process finished it first
+    except OSError as exc:
+        return f"its manifest could not be published ({exc})"
+    return None
+
+
+def _drop(path: Path, doc: dict[str, Any] | None, root: Path) -> None:
+    """Remove a record and the temporary files it names that are still there."""
+    for entry in (doc or {}).get("blobs", []):
+        with contextlib.suppress(OSError, TypeError, ValueError, IndexError):
+            temp = root / str(entry[0])
+            if fsio.is_temp_name(temp.name):
+                os.unlink(temp)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def stage_blob(path: PurePath, chunks: list[Any], size: int, temp: Path | None = None) -> Path:
+    """Write one blob's bytes to a temporary file beside *path* (no fsync); returns it.
+
+    *temp* is the temporary file's name when the caller chose it (see
+    :func:`fsio.temp_name`); the folder must exist then.
+    """
+    if temp is None:
+        fsio.makedirs(Path(path).parent)
+    temp = fsio.stage(path, chunks, temp=temp)
+    actual = os.stat(temp).st_size
+    if actual != size:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise ValueError(f"blob {Path(path).name} is {actual} bytes, expected {size}")
+    return temp

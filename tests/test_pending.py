@@ -1,0 +1,315 @@
+"""Staged saves: a kernel that dies before its background save is durable loses nothing.
+
+A staged save's bytes are in temporary files and its commit in ``pending/``; the next
+process that reads the store finishes the commit, after verifying the manifest's
+signature and every staged blob (ipy_resume/store/pending.py).  These tests kill or
+abandon real processes, corrupt what they staged, and plant records that must not
+be trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ipy_resume.store import Store, fsio, pending, signing
+from ipy_resume.store.journal import RECOVERED
+from ipy_resume.store.lock import StoreLocked
+
+KEY = "k" * 32
+
+
+def stage_and_die(root: Path, values_code: str, cell: str = "c", key: str = KEY) -> None:
+    """In a child process: stage a save of the values *values_code* builds, then SIGKILL
+    itself before any commit (what a kernel killed right after the cell returned leaves)."""
+    code = (
+        "import os, signal, numpy as np\n"
+        "from ipy_resume.store import Store\n"
+        f"store = Store({os.fspath(root)!r})\n"
+        f"values = {values_code}\n"
+        f"snap = store.snapshot({cell!r}, {key!r}, values)\n"
+        "snap.stage()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+
+
+def staged_files(root: Path) -> list[Path]:
+    return [
+        Path(here) / n
+        for here, _dirs, names in os.walk(root / "objects")
+        for n in names
+        if fsio.is_temp_name(n)
+    ]
+
+
+def test_a_save_staged_by_a_killed_process_is_finished_by_the_next_reader(isolated: Path) -> None:
+    root = isolated / "store"
+    stage_and_die(root, "{'a': np.arange(1_000_000.0), 'label': 'run 7', 'xs': [1, 2, 3]}")
+    assert len(pending.records(root)) == 1
+    assert staged_files(root), "the blobs should be waiting in temporary files"
+    assert list((root / "manifests").rglob("*.json")) == []  # not committed yet
+
+    store = Store(root)
+    m = store.find("c", KEY)
+    assert m is not None, "the dead process's staged save was not finished"
+    values = store.load_values(m)
+    assert np.array_equal(values["a"], np.arange(1_000_000.0))  # type: ignore[arg-type]
+    assert values["label"] == "run 7" and values["xs"] == [1, 2, 3]
+    assert pending.records(root) == [] and staged_files(root) == []
+    assert store.verify() == []
+    (event,) = [e for e in store.journal().events() if e.checkpoint_id == m.id]
+    assert event.detail == RECOVERED and event.cell_id == "c"
+
+
+def test_a_staged_blob_damaged_before_recovery_is_never_committed(isolated: Path) -> None:
+    root = isolated / "store"
+    stage_and_die(root, "{'a': np.arange(100_000.0), 'obj': {'k': [1, 2]}}")
+    for temp in staged_files(root):  # what a power loss before the fsync can leave
+        data = bytearray(temp.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        temp.write_bytes(bytes(data))
+    store = Store(root)
+    assert store.find("c", KEY) is None  # the cell will execute again
+    assert pending.records(root) == [] and staged_files(root) == []
+    assert list((root / "manifests").rglob("*.json")) == []
+    assert store.verify() == []
+
+
+def test_a_record_under_another_key_is_refused_and_its_pickle_never_runs(
+    isolated: Path, tmp_path: Path
+) -> None:
+    root = isolated / "store"
+    marker = tmp_path / "planted-pickle-ran"
+    # a pickle that would create the marker file when unpickled
+    planted = (
+        f"type('P', (), {{'__reduce__': lambda self: (open, ({os.fspath(marker)!r}, 'w'))}})()"
+    )
+    other = tmp_path / "other-key"
+    env_key = {"IPY_RESUME_KEY_FILE": os.fspath(other)}
+    os.environ.update(env_key)
+    try:
+        stage_and_die(root, f"{{'p': {planted}}}")
+    finally:
+        del os.environ["IPY_RESUME_KEY_FILE"]
+    assert signing.load_or_create_key() != other.read_bytes()
+    (record,) = pending.records(root)
+    result = pending.recover(Store(root))
+    assert result.finished == [] and "does not verify" in result.abandoned[record.stem]
+    assert Store(root).find("c", KEY) is None
+    assert pending.records(root) == [] and staged_files(root) == []
+    assert not marker.exists()
+
+
+def test_a_record_naming_a_file_outside_the_objects_is_abandoned(
+    isolated: Path, tmp_path: Path
+) -> None:
+    root = isolated / "store"
+    stage_and_die(root, "{'a': np.arange(10_000.0)}")
+    (record,) = pending.records(root)
+    doc = json.loads(record.read_text())
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    doc["blobs"][0][0] = os.path.relpath(outside, root)
+    record.write_text(json.dumps(doc))
+    result = pending.recover(Store(root))
+    assert result.finished == [] and list(result.abandoned) == [record.stem]
+    assert "outside" in result.abandoned[record.stem]
+    assert outside.read_text() == "keep me"
+
+
+def test_a_live_writers_staged_save_is_left_to_it_and_spared_by_gc(isolated: Path) -> None:
+    root = isolated / "store"
+    store = Store(root)
+    snap = store.snapshot("c", KEY, {"a": np.arange(50_000.0)})
+    snap.stage()  # this process is the writer and is alive
+    assert pending.recover(Store(root)).finished == []
+    # the staged save holds the store's shared lock: gc waits for it
+    with pytest.raises(StoreLocked):
+        Store(root).gc(keep_last=1, timeout=0.3)
+    # and where there is no lock to wait for, gc still spares the live writer's files
+    snap.release()
+    report = store.gc(keep_last=1, grace=0)
+    assert report.removed_temp == 0
+    assert all(s.temp.exists() for s in snap.staged or ())
+    result = snap.commit()
+    assert result.manifest.id == snap.id
+    assert pending.records(root) == [] and staged_files(root) == []
+    assert store.verify() == []
+
+
+@pytest.mark.parametrize("fork", ["0", "1"], ids=["staged", "forked"])
+def test_a_kernel_killed_while_its_save_is_pending_loses_nothing(
+    isolated: Path, tmp_path: Path, fork: str
+) -> None:
+    """A real shell whose background writer never gets to commit, killed with SIGKILL;
+    a new process runs the same cell and restores it without executing.  The 24 MB
+    are written by a forked child (see snapshot.FORK_MIN), or by the kernel itself."""
+    n = 3_000_000
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, time, threading\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "from traitlets.config import Config\n"
+        "c = Config(); c.HistoryManager.hist_file = ':memory:'\n"
+        "sh = InteractiveShell.instance(config=c)\n"
+        "sh.run_line_magic('load_ext', 'ipy_resume')\n"
+        "if sys.argv[1] == 'hang':\n"
+        "    from ipy_resume.store import fsio\n"
+        "    real = fsio.settle\n"
+        "    def stuck(*a, **k):\n"
+        "        if threading.current_thread().name == 'ipy_resume-writer':\n"
+        "            time.sleep(600)\n"
+        "        return real(*a, **k)\n"
+        "    fsio.settle = stuck\n"
+        "sh.run_cell('import numpy as np')\n"
+        f"sh.run_cell('%%checkpoint big\\nprint(\"ran\")\\na = np.arange({n}.0)')\n"
+        "print('a' in sh.user_ns and float(sh.user_ns['a'][-1]), flush=True)\n"
+        "if sys.argv[1] == 'hang':\n"
+        "    time.sleep(600)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("IPY_RESUME_BACKGROUND", None)  # the default: background saves on
+    env["IPY_RESUME_FORK"] = fork
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "hang"],
+        cwd=isolated,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ran"
+    line = proc.stdout.readline()
+    assert line.strip() == f"{n - 1}.0", line
+    deadline = time.monotonic() + 30
+    while not pending.records(isolated / "store") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert pending.records(isolated / "store"), "the save should still be pending"
+
+    again = subprocess.run(
+        [sys.executable, str(script), "run"],
+        cwd=isolated,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    assert f"{n - 1}.0" in again.stdout
+    assert "restored 'big'" in again.stderr, again.stderr
+    assert again.stdout.count("ran") == 1  # replayed once, not executed
+    store = Store(isolated / "store")
+    assert store.verify() == [] and pending.records(isolated / "store") == []
+
+
+@pytest.mark.parametrize("field", ["pid", "boot"])
+def test_a_record_of_a_reused_pid_or_an_earlier_boot_is_taken_for_dead(
+    isolated: Path, field: str
+) -> None:
+    root = isolated / "store"
+    store = Store(root)
+    snap = store.snapshot("c", KEY, {"a": np.arange(1000.0)})
+    snap.stage()
+    assert snap.record is not None
+    doc = json.loads(snap.record.read_text())
+    if field == "pid":  # our pid, but another process's start time: pid reuse
+        doc["owner"]["start"] = "1"
+    else:
+        doc["owner"]["boot"] = "another-boot"
+    snap.record.write_text(json.dumps(doc))
+    assert pending.recover(Store(root)).finished == [snap.record.stem]
+    assert Store(root).find("c", KEY) is not None
+
+
+def test_a_large_save_is_written_by_a_forked_child_that_sees_the_values_as_they_were(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    from ipy_resume.store import background, snapshot
+
+    monkeypatch.setattr(snapshot, "FORK_MIN", 1 << 20)  # fork from 1 MB
+    forks: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            forks.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    monkeypatch.delenv(background.SWITCH_ENV, raising=False)
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    InteractiveShell.clear_instance()
+    sh = InteractiveShell.instance(config=config)
+    try:
+        sh.run_line_magic("load_ext", "ipy_resume")
+        assert sh.run_cell("import numpy as np").success
+        assert sh.run_cell("%%checkpoint big --quiet\na = np.full(1_000_000, 3.0)").success
+        sh.run_cell("a[:] = -1.0")  # at once: the child must still write 3.0
+        assert background.flush()
+    finally:
+        InteractiveShell.clear_instance()
+    assert len(forks) == 1
+    store = Store(isolated / "store")
+    (m,) = store.manifests()
+    saved = store.load_values(m)["a"]
+    assert float(saved.min()) == 3.0 == float(saved.max())  # type: ignore[union-attr]
+    assert store.verify() == [] and pending.records(isolated / "store") == []
+
+
+def test_a_forked_child_that_fails_fails_the_save_once_and_keeps_the_values(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    from ipy_resume.store import background, snapshot
+
+    monkeypatch.setattr(snapshot, "FORK_MIN", 1 << 20)
+    real = pending.stage_blob
+
+    def full(*args: object, **kwargs: object) -> Path:
+        if os.getpid() != parent:  # only in the child
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "objects/xx")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    parent = os.getpid()
+    monkeypatch.setattr(pending, "stage_blob", full)
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    InteractiveShell.clear_instance()
+    sh = InteractiveShell.instance(config=config)
+    try:
+        sh.run_line_magic("load_ext", "ipy_resume")
+        sh.events.register("post_run_cell", lambda *_: background.flush())
+        assert sh.run_cell("import numpy as np").success
+        capsys.readouterr()
+        assert sh.run_cell("%%checkpoint big\na = np.full(1_000_000, 3.0)").success
+        err = capsys.readouterr().err
+        assert float(sh.user_ns["a"][0]) == 3.0  # the values stay in the kernel
+    finally:
+        InteractiveShell.clear_instance()
+    assert err.count("could not save checkpoint 'big'") == 1, err
+    assert os.strerror(errno.ENOSPC) in err
+    assert Store(isolated / "store").manifests() == []
+    assert pending.records(isolated / "store") == [] and staged_files(isolated / "store") == []
