@@ -36,8 +36,8 @@ FORMAT_VERSION = "1"
 SAVING_LINE_MIN = 32 << 20
 """A background save this large says "saving" when the cell returns, and "saved" once it is
 durable.  A smaller one is waited for up to :data:`STATUS_WAIT` seconds, so its cell says
-"saved" once, as a synchronous save would; a quiet cell's (a headless run) is never waited
-for: its bytes are handed to the OS before the cell returns (staged), so a kernel that dies
+"saved" once, as a synchronous save would; a quiet cell's (a headless run), or one whose
+status goes to a cell badge, is never waited for: its bytes are handed to the OS before the cell returns (staged), so a kernel that dies
 next loses nothing."""
 STATUS_WAIT = 2.0
 ABSENT = "absent"
@@ -303,12 +303,13 @@ class Engine:
         listed = ", ".join(names) or "no names"
 
         told: list[bool] = []
+        prints = getattr(host, "prints_status", True)  # (with badges, no status line)
 
         def notify(job: background.Job) -> None:  # on the writer thread, at once
             if job.error is not None:
                 write(PREFIX + _save_failure(opts, job.error, listed))
                 told.append(True)
-            elif opts.quiet or outcome.status != "executed":
+            elif opts.quiet or not prints or outcome.status != "executed":
                 pass
             elif not confirmed:  # the second line, after "saving checkpoint"
                 write(
@@ -702,6 +703,7 @@ class Engine:
         confirmed = job is None or (
             status == "executed"
             and not opts.quiet
+            and getattr(host, "prints_status", True)  # (a badge is updated, not a line)
             and to_write < SAVING_LINE_MIN
             and job.event.wait(STATUS_WAIT)
         )

@@ -99,6 +99,11 @@ class IPythonHost:
             print(text, file=sys.stderr, flush=True)
 
     @property
+    def prints_status(self) -> bool:
+        """Whether :meth:`status` prints (no badges): a small save is confirmed in the line."""
+        return not comm.shows_badges(self.shell)
+
+    @property
     def wants_reason(self) -> bool:
         """A badge shows why a cell executed, so every execution is explained."""
         return comm.shows_badges(self.shell)
