@@ -10,11 +10,10 @@ rather than taken for a folder called ``s3:``.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ipy_resume.store.fsio import StoreError
+from ipy_resume.store.urls import StoreURLError, is_url, split_url
 
 if TYPE_CHECKING:
     from ipy_resume.store.store import Store
@@ -24,7 +23,6 @@ __all__ = ["Location", "StoreURLError", "is_url", "key", "open_store", "resolve"
 Location = Path | str
 """An absolute folder, or an object-store URL (always a ``str``)."""
 
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 # the package each common protocol needs (fsspec's own table says the same for more)
 _PACKAGES = {
     "s3": "s3fs",
@@ -36,31 +34,6 @@ _PACKAGES = {
 }
 # protocols that are folders on this machine in all but name
 _LOCAL = {"file", "local"}
-
-
-class StoreURLError(StoreError):
-    """A store URL that cannot be used: unknown protocol, missing package, no bucket."""
-
-
-def is_url(where: object) -> bool:
-    """True when *where* is written as ``protocol://…`` (a Path never is).
-
-    >>> is_url("s3://bucket/team"), is_url("/data/store"), is_url("C:/x")
-    (True, False, False)
-    """
-    return isinstance(where, str) and _URL.match(where) is not None
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """``(protocol, rest)`` of a store URL, the protocol in lower case.
-
-    >>> split_url("S3://bucket/team/")
-    ('s3', 'bucket/team')
-    """
-    match = _URL.match(url)
-    if match is None:
-        raise StoreURLError(f"{url!r} is not a store URL (protocol://bucket/prefix)")
-    return match.group(1).lower(), match.group(2).strip("/")
 
 
 def _check_protocol(protocol: str, url: str) -> None:

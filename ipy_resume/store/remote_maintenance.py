@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 from ipy_resume.store import blobs, manifest
 from ipy_resume.store.audit import Audit, Problem
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
+from ipy_resume.store.leases import GC_MARKER_STALE, marker, stale
 from ipy_resume.store.manifest import BlobRef, Manifest
-from ipy_resume.store.remote import GC_MARKER_STALE, marker, stale
 from ipy_resume.store.remote_backend import FsspecBackend
-from ipy_resume.store.retention import GcReport, _retain, _Scan
+from ipy_resume.store.retention import GcReport, Scan, retain
 
 if TYPE_CHECKING:
     from ipy_resume.store.remote import RemoteStore
@@ -183,8 +183,8 @@ def trust(store: RemoteStore, problems: list[str] | None = None) -> int:
     return count
 
 
-def _scan(store: RemoteStore) -> _Scan:
-    scan = _Scan()
+def _scan(store: RemoteStore) -> Scan:
+    scan = Scan()
     for obj in store._listing("manifests"):
         rel = obj.key
         path = PurePosixPath(rel)
@@ -269,7 +269,7 @@ def collect(
             if len(o.key.split("/")) == 3
         }
         sizes = {a: o.size for a, o in blob_objects.items()}
-        kept, removed, notes = _retain(scan, keep_last, max_size, sizes)
+        kept, removed, notes = retain(scan, keep_last, max_size, sizes)
         report.notes.extend(notes)
         report.untrusted_kept = scan.untrusted
         for m in sorted(removed, key=manifest.order_key):

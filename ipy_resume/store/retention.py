@@ -244,7 +244,9 @@ class GcReport:
 
 
 @dataclass
-class _Scan:
+class Scan:
+    """The manifests retention judges, sorted by what may happen to them and their blobs."""
+
     trusted: list[Manifest] = field(default_factory=list)
     sizes: dict[PurePath, int] = field(default_factory=dict)  # manifest path -> bytes
     pinned: set[str] = field(default_factory=set)  # blobs of manifests retention never drops
@@ -254,8 +256,8 @@ class _Scan:
     opaque: list[str] = field(default_factory=list)  # manifests that cannot be read
 
 
-def _scan(store: Store) -> _Scan:
-    scan = _Scan()
+def _scan(store: Store) -> Scan:
+    scan = Scan()
     for path in store._manifest_paths(store._all_cell_dirs()):
         rel = store._rel(path)
         try:
@@ -334,8 +336,8 @@ def _old_enough(path: Path, grace: float, now: float) -> bool:
         return False
 
 
-def _retain(
-    scan: _Scan, keep_last: int | None, max_size: int | None, blob_sizes: dict[str, int]
+def retain(
+    scan: Scan, keep_last: int | None, max_size: int | None, blob_sizes: dict[str, int]
 ) -> tuple[list[Manifest], list[Manifest], list[str]]:
     """Split trusted manifests into (kept, removed) and say where max_size could not be met."""
     by_cell: dict[str, list[Manifest]] = defaultdict(list)
@@ -452,7 +454,7 @@ def collect(
         scan.trusted = [m for m in scan.trusted if m.path not in broken]
         files = _blob_files(store)
         blob_sizes = {a: _size(p) for a, p in files.items()}
-        kept, removed, notes = _retain(scan, keep_last, max_size, blob_sizes)
+        kept, removed, notes = retain(scan, keep_last, max_size, blob_sizes)
         report.notes.extend(notes)
         report.untrusted_kept = scan.untrusted
 

@@ -26,7 +26,6 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Protocol
 
@@ -58,6 +57,7 @@ from ipy_resume.store.fsio import (
 from ipy_resume.store.journal import Journal
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import BlobRef, Manifest
+from ipy_resume.store.results import SaveResult
 from ipy_resume.store.retention import GcReport
 from ipy_resume.store.snapshot import Snapshot
 
@@ -82,17 +82,6 @@ _READ_CACHE_MAX = 50_000
 
 class DecodeError(StoreError):
     """A verified value could not be rebuilt (e.g. its class no longer exists)."""
-
-
-@dataclass
-class SaveResult:
-    manifest: Manifest  # the committed manifest
-    failed: dict[str, str] = field(default_factory=dict)  # names not stored -> one-line reason
-    bytes_written: int = 0  # blob bytes written plus the manifest file
-    # names of earlier checkpoints stored again because they hold objects this save's
-    # values hold (see Linker.holders), and the ids of the objects the values hold
-    added: list[str] = field(default_factory=list)
-    members: set[int] = field(default_factory=set)
 
 
 _versions_cache: dict[str, str] = {}
@@ -188,7 +177,7 @@ def token(checkpoint_id: str, name: str) -> str:
     return f"{checkpoint_id}/{name}"
 
 
-class _Writer:
+class Writer:
     """Turns the values of one save into blobs, tracking refs and bytes written."""
 
     def __init__(
@@ -578,7 +567,7 @@ class Store:
             _check_text("a value name", name)
 
         suspect = self._suspect.get((cell_id, key))
-        writer = _Writer(self.blobs, verify=suspect is not None)
+        writer = Writer(self.blobs, verify=suspect is not None)
         ident = manifest.new_checkpoint_id()
         try:
             # A copy of the base seed goes into every manifest: with both store.json
@@ -636,7 +625,7 @@ class Store:
             raise TypeError(f"info must be JSON-serialisable: {exc}") from exc
         for name in [*values, *extras]:
             _check_text("a value name", name)
-        writer = _Writer(self.blobs, defer=True)
+        writer = Writer(self.blobs, defer=True)
         try:
             seed_base = self.seed_base
             m, failed = self._build(
@@ -658,7 +647,7 @@ class Store:
 
     def _build(
         self,
-        writer: _Writer,
+        writer: Writer,
         ident: str,
         cell_id: str,
         key: str,
@@ -731,7 +720,7 @@ class Store:
 
     @staticmethod
     def _write_values(
-        writer: _Writer, values: Mapping[str, object], linker: Linker | None, ident: str
+        writer: Writer, values: Mapping[str, object], linker: Linker | None, ident: str
     ) -> dict[str, str]:
         """Top-level arrays that own their memory as HDF5 blobs, the rest as one group."""
         owners: set[int] = set()
@@ -767,7 +756,7 @@ class Store:
         return writer.add_group(group, hdf5, linker, ident)
 
     def _commit(
-        self, m: Manifest, writer: _Writer, dirs: set[Path] | None = None, quiet: bool = False
+        self, m: Manifest, writer: Writer, dirs: set[Path] | None = None, quiet: bool = False
     ) -> int:
         """Publish manifest *m*; with *dirs* its folder's fsync is left to the caller.
 
