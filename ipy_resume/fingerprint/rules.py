@@ -575,9 +575,7 @@ _LEGEND_LAYOUT = frozenset(
     {"_legend_box", "_legend_handle_box", "_legend_title_box", "texts", "legend_handles"}
 )
 _LEGEND_TEXT_LAYOUT = frozenset({"_x", "_y", "_transform"})
-_LEGEND_FRAME_LAYOUT = frozenset(
-    {"_x", "_y", "_width", "_height", "_mutation_scale", "_transform"}
-)
+_LEGEND_FRAME_LAYOUT = frozenset({"_x", "_y", "_width", "_height", "_mutation_scale", "_transform"})
 
 
 def _c_mpl_legend(fp: Fingerprinter, legend: Any) -> bytes:

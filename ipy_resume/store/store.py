@@ -443,7 +443,25 @@ class Store:
 
     def exists(self) -> bool:
         """True once the store has been created (a first save, or ``store.json``)."""
-        return (self.root / info.FILE).exists() or (self.root / "manifests").is_dir()
+        return Store.created_at(self.root)
+
+    @staticmethod
+    def created_at(root: Path) -> bool:
+        """:meth:`exists` of the local store at *root*, without opening it (no key is read).
+
+        >>> Store.created_at(Path("/nonexistent"))
+        False
+        """
+        return (root / info.FILE).exists() or Store.has_checkpoints_at(root)
+
+    @staticmethod
+    def has_checkpoints_at(root: Path) -> bool:
+        """True when the local store at *root* may hold checkpoints (it has saved one).
+
+        >>> Store.has_checkpoints_at(Path("/nonexistent"))
+        False
+        """
+        return (root / "manifests").is_dir()
 
     # -- store.json ----------------------------------------------------------
 
