@@ -4,7 +4,7 @@
 it reads, restores a verified checkpoint when one exists, and otherwise runs
 the cell through a :class:`Host` and commits what it produced. The host is the
 only part that knows how to execute code and show output; the magic supplies
-an IPython one, tests and the CLI a plain one.
+an IPython one, and :class:`ipy_resume.execution.PlainHost` runs cells in a plain dict.
 """
 
 from __future__ import annotations

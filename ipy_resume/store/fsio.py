@@ -82,10 +82,6 @@ class StoreError(Exception):
         super().__init__(one_line(message))
         self.path = path
 
-    @property
-    def message(self) -> str:
-        return str(self)
-
 
 class CorruptBlob(StoreError):
     """A blob failed verification: checksum mismatch, truncated or missing.

@@ -44,9 +44,7 @@ def _hint(store: RemoteStore) -> str:
 def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
     """A manifest's blob list read without trusting it (no value is decoded)."""
     try:
-        doc = manifest._parse(data, rel)
-        doc.pop("signature", None)
-        return manifest._build(doc, path, rel)
+        return manifest.decode_unverified(data, rel, path)
     except StoreError:
         return None
 
@@ -163,9 +161,7 @@ def trust(store: RemoteStore, problems: list[str] | None = None) -> int:
         except FileNotFoundError:
             continue
         try:
-            doc = manifest._parse(data, rel)
-            doc.pop("signature", None)
-            m = manifest._build(doc, path, rel)
+            m = manifest.decode_unverified(data, rel, path)
         except StoreError as exc:
             problems.append(f"not adopted: {exc}")
             continue

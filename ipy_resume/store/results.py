@@ -1,4 +1,7 @@
-"""What a save returns: shared by :meth:`Store.save` and a background :class:`Snapshot`.
+"""What the store hands back: a save's result, and each manifest file a scan finds.
+
+:class:`SaveResult` is shared by :meth:`Store.save` and a background :class:`Snapshot`;
+:class:`Listed` is what :meth:`Store.scan` yields.
 
 >>> SaveResult(manifest).bytes_written  # doctest: +SKIP
 0
@@ -7,10 +10,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 from ipy_resume.store.manifest import Manifest
 
-__all__ = ["SaveResult"]
+__all__ = ["Listed", "SaveResult"]
 
 
 @dataclass
@@ -24,3 +28,20 @@ class SaveResult:
     # values hold (see Linker.holders), and the ids of the objects the values hold
     added: list[str] = field(default_factory=list)
     members: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Listed:
+    """One manifest file of a store: its verified manifest, or the error that makes it unusable.
+
+    *error* is an ``OSError`` (the file cannot be read), or the store's error when it does
+    not verify (:class:`Untrusted`, :class:`FormatTooNew`, :class:`ManifestError`).
+    """
+
+    path: PurePath
+    rel: str  # as messages name it
+    size: int = 0  # bytes of the file (0 when it cannot be read)
+    manifest: Manifest | None = None  # verified
+    error: Exception | None = None
+    unverified: Manifest | None = None  # an untrusted one's contents, read without trusting
+    misfiled: bool = False  # verified, but under another cell's or key's folder: never used

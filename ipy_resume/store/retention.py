@@ -204,39 +204,27 @@ class Scan:
 
 def _scan(store: Store) -> Scan:
     scan = Scan()
-    for path in store._manifest_paths(store._all_cell_dirs()):
-        rel = store._rel(path)
-        try:
-            data = Path(path).read_bytes()
-        except FileNotFoundError:
+    for entry in store.scan():
+        error = entry.error
+        if isinstance(error, OSError):  # unreadable here: its blobs are unknown, so none may go
+            scan.opaque.append(f"{entry.rel} ({error.strerror or error})")
             continue
-        except OSError as exc:  # unreadable here: its blobs are unknown, so none may go
-            scan.opaque.append(f"{rel} ({exc.strerror or exc})")
-            continue
-        scan.sizes[path] = len(data)
-        try:
-            m = manifest.decode(data, store.key, rel=rel, store=str(store.root), path=path)
-        except FormatTooNew:
-            scan.newer.append(rel)
-            continue
-        except Untrusted:
+        scan.sizes[entry.path] = entry.size
+        if isinstance(error, FormatTooNew):
+            scan.newer.append(entry.rel)
+        elif isinstance(error, Untrusted):
             scan.untrusted += 1
-            try:  # its blob list, read without trusting it (no value is decoded)
-                doc = manifest._parse(data, rel)
-                doc.pop("signature", None)
-                foreign = manifest._build(doc, path, rel)
-            except StoreError:
-                continue
-            scan.pinned.update(r.blob for r in foreign.blob_refs())
-            continue
-        except ManifestError:
-            scan.unreadable.append(path)
-            continue
-        if path.parent != store._key_dir(m.cell_id, m.key):
+            if entry.unverified is not None:  # its blob list, read without trusting it
+                scan.pinned.update(r.blob for r in entry.unverified.blob_refs())
+        elif isinstance(error, ManifestError):
+            scan.unreadable.append(entry.path)
+        elif error is not None:
+            raise error
+        elif entry.manifest is not None and entry.misfiled:
             scan.untrusted += 1  # misfiled: never restored, but not ours to judge
-            scan.pinned.update(r.blob for r in m.blob_refs())
-            continue
-        scan.trusted.append(m)
+            scan.pinned.update(r.blob for r in entry.manifest.blob_refs())
+        elif entry.manifest is not None:
+            scan.trusted.append(entry.manifest)
     return scan
 
 
@@ -344,7 +332,7 @@ def _still_broken(store: Store, m: Manifest, addresses: list[str]) -> bool:
 def _heal_files(store: Store, report: GcReport) -> None:
     """Write store.json and its backup again where one is damaged, and rebuild the journal."""
     try:
-        store._resolve_info(heal=True)
+        store.heal_info()
     except StoreError as exc:  # a newer format: nothing of it is touched
         report.notes.append(str(exc))
     healer = Journal(store.root, source=store.manifests_except)
@@ -409,7 +397,7 @@ def collect(
                 fsio.remove(path)
             except OSError as exc:  # e.g. a read-only folder: report it, carry on
                 report.notes.append(
-                    f"could not remove {store._rel(path)} ({exc.strerror or exc}); it is kept"
+                    f"could not remove {store.relative(path)} ({exc.strerror or exc}); it is kept"
                 )
                 return False
             return True
@@ -425,14 +413,14 @@ def collect(
         for path in scan.unreadable:
             if remove(path):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
-                report.removed_unreadable.append(store._rel(path))
+                report.removed_unreadable.append(store.relative(path))
         for path in sorted(p for p in broken if p is not None):
             if remove(path):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
-                report.removed_broken.append(store._rel(path))
+                report.removed_broken.append(store.relative(path))
         for path in found.strays:
             if _old_enough(Path(path), grace, now) and remove(path):
-                report.removed_strays.append(store._rel(path))
+                report.removed_strays.append(store.relative(path))
         report.kept_checkpoints = len(kept)
 
         # 3. blobs no kept manifest refers to

@@ -57,7 +57,7 @@ from ipy_resume.store.fsio import (
 from ipy_resume.store.journal import Journal
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import BlobRef, Manifest
-from ipy_resume.store.results import SaveResult
+from ipy_resume.store.results import Listed, SaveResult
 from ipy_resume.store.retention import GcReport
 from ipy_resume.store.snapshot import Snapshot
 
@@ -1013,6 +1013,57 @@ class Store:
         except FileNotFoundError:
             return []
 
+    def scan(self) -> Iterator[Listed]:
+        """Every manifest file of the store, read once: its manifest, or why it is unusable.
+
+        An untrusted one comes with its contents read without trusting them
+        (``unverified``: its blob list, never its values); a misfiled one with its
+        manifest and ``misfiled``.  A file removed meanwhile is left out.
+
+        >>> [entry.rel for entry in Store("s").scan() if entry.error]  # doctest: +SKIP
+        ['manifests/train/3f2a/0190ab.json']
+        """
+        for path in self._manifest_paths(self._all_cell_dirs()):
+            rel = self._rel(path)
+            try:
+                data = Path(path).read_bytes()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:  # unreadable here: what it refers to is unknown
+                yield Listed(path, rel, error=exc)
+                continue
+            try:
+                m = manifest.decode(data, self.key, rel=rel, store=str(self.root), path=path)
+            except Untrusted as exc:
+                try:
+                    foreign: Manifest | None = manifest.decode_unverified(data, rel, path)
+                except StoreError:
+                    foreign = None
+                yield Listed(path, rel, len(data), error=exc, unverified=foreign)
+                continue
+            except StoreError as exc:
+                yield Listed(path, rel, len(data), error=exc)
+                continue
+            misfiled = path.parent != self._key_dir(m.cell_id, m.key)
+            yield Listed(path, rel, len(data), manifest=m, misfiled=misfiled)
+
+    def relative(self, path: PurePath | str | None) -> str:
+        """*path* as messages name it: relative to the store (``manifests/…``) when inside.
+
+        >>> Store("/tmp/s").relative(Path("/tmp/s/objects/ab/cd"))
+        'objects/ab/cd'
+        """
+        return self._rel(path)
+
+    def heal_info(self) -> None:
+        """Write ``store.json`` or its backup again where one is damaged or missing.
+
+        Raises :class:`FormatTooNew` (nothing is touched) for a store of a newer format.
+
+        >>> Store("s").heal_info()  # doctest: +SKIP
+        """
+        self._resolve_info(heal=True)
+
     def history(self, cell_id: str) -> list[Manifest]:
         """Every verified checkpoint of *cell_id* (any key, complete or not), oldest first."""
         _check_cell_id(cell_id)
@@ -1286,9 +1337,7 @@ class Store:
             for path in self._manifest_paths(self._all_cell_dirs()):
                 rel = self._rel(path)
                 try:
-                    doc = manifest._parse(Path(path).read_bytes(), rel)
-                    doc.pop("signature", None)
-                    m = manifest._build(doc, path, rel)
+                    m = manifest.decode_unverified(Path(path).read_bytes(), rel, path)
                 except FileNotFoundError:
                     continue
                 except StoreError as exc:
