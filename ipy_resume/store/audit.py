@@ -28,7 +28,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ipy_resume.store import blobs, fsio, info, journal, lock
 from ipy_resume.store.fsio import FormatTooNew, StoreError
@@ -37,7 +37,7 @@ from ipy_resume.store.manifest import BlobRef, Manifest
 if TYPE_CHECKING:
     from ipy_resume.store.store import Store
 
-__all__ = ["Audit", "Problem", "audit"]
+__all__ = ["Audit", "Problem", "audit", "check_manifest", "refusal"]
 
 _KNOWN_TOP = {
     info.FILE,
@@ -167,27 +167,8 @@ def audit(store: Store) -> Audit:
             found.strays.append(path)
             continue
         found.files_checked += 1
-        try:
-            m = store._read(path)
-        except FileNotFoundError:
-            continue
-        except StoreError as exc:
-            newer = newer or isinstance(exc, FormatTooNew)
-            found.problems.append(Problem(rel, str(exc), "manifest"))
-            continue
-        if path != store._key_dir(m.cell_id, m.key) / path.name:
-            found.problems.append(
-                Problem(
-                    rel,
-                    f"{m.describe()} in {rel} is filed under the wrong cell or key; it is "
-                    "ignored. Move it back, or delete it.",
-                    "manifest",
-                )
-            )
-            continue
-        for ref in m.blob_refs():
-            refs[ref.blob].append(m)
-            expected.setdefault(ref.blob, ref)
+        unusable = check_manifest(store, path, rel, found, refs, expected)
+        newer = newer or isinstance(unusable, FormatTooNew)
 
     # -- blobs: every file, checked against its own name
     present: set[str] = set()
@@ -273,6 +254,58 @@ def audit(store: Store) -> Audit:
             f"{temps} temporary file(s) left by interrupted writes: {gc_hint} removes them"
         )
     return found
+
+
+def check_manifest(
+    store: Store,
+    path: PurePath,
+    rel: str,
+    found: Audit,
+    refs: dict[str, list[Manifest]],
+    expected: dict[str, BlobRef],
+) -> StoreError | None:
+    """Audit one manifest file: a problem joins *found*, a sound one's blobs *refs*/*expected*.
+
+    Shared by the local audit and the object store's. Returns the error of a manifest
+    that does not verify (None for a sound, misfiled or vanished one).
+    """
+    try:
+        m = store._read(path)
+    except FileNotFoundError:
+        return None
+    except StoreError as exc:
+        found.problems.append(Problem(rel, str(exc), "manifest"))
+        return exc
+    if path != store._key_dir(m.cell_id, m.key) / path.name:
+        found.problems.append(
+            Problem(
+                rel,
+                f"{m.describe()} in {rel} is filed under the wrong cell or key; it is "
+                "ignored. Move it back, or delete it.",
+                "manifest",
+            )
+        )
+        return None
+    for ref in m.blob_refs():
+        refs[ref.blob].append(m)
+        expected.setdefault(ref.blob, ref)
+    return None
+
+
+def refusal(m: Manifest, blob_store: Any, rel: str) -> str | None:
+    """Why ``trust`` must not adopt *m*: its blobs that are missing or fail their checksum.
+
+    *blob_store* is the store's blob store (local or remote). None when every blob verifies.
+
+    >>> refusal(manifest, store.blobs, "manifests/a/k/id.json") is None  # doctest: +SKIP
+    True
+    """
+    bad = [
+        f"{blob_store.relpath(r.blob)} {problem}"
+        for r in m.blob_refs()
+        if (problem := blob_store.check(r.blob, r.algo, r.checksum, r.size))
+    ]
+    return f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + "." if bad else None
 
 
 def _files(folder: Path) -> list[Path]:

@@ -47,7 +47,6 @@ from ipy_resume.store.blobcache import BlobCache
 from ipy_resume.store.blobs import algo_of, aligned_empty, new_hasher
 from ipy_resume.store.fsio import (
     CorruptBlob,
-    FormatTooNew,
     ManifestError,
     MissingBlob,
     SaveError,
@@ -57,7 +56,7 @@ from ipy_resume.store.leases import GC_MARKER_STALE, LEASE_STALE, marker, stale
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.remote_backend import FsspecBackend, RemoteError
-from ipy_resume.store.store import STORE_FORMAT_VERSION, Store
+from ipy_resume.store.store import Store
 
 __all__ = ["LEASE_STALE", "RemoteBlobs", "RemoteStore"]
 
@@ -244,17 +243,7 @@ class RemoteStore(Store):
 
     def _resolve_info(self, *, heal: bool) -> dict[str, Any]:
         primary, backup = self._info_copies()
-        for copy in (primary, backup):
-            if copy.doc is not None and copy.doc["format"] > STORE_FORMAT_VERSION:
-                raise FormatTooNew(
-                    f"the store {self.url} has format {copy.doc['format']}, but this "
-                    f"ipy_resume reads format {STORE_FORMAT_VERSION} at most; upgrade "
-                    "ipy_resume or use another store",
-                    path=copy.name,
-                    found=copy.doc["format"],
-                    supported=STORE_FORMAT_VERSION,
-                )
-        doc = next((c.doc for c in (primary, backup) if c.doc is not None), None)
+        doc = info.first_doc((primary, backup), self.url)
         if doc is None:
             found = self.manifests()
             if found:

@@ -24,7 +24,7 @@ from pathlib import PurePath, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ipy_resume.store import blobs, manifest
-from ipy_resume.store.audit import Audit, Problem
+from ipy_resume.store.audit import Audit, Problem, check_manifest, refusal
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
 from ipy_resume.store.leases import GC_MARKER_STALE, marker, stale
 from ipy_resume.store.manifest import BlobRef, Manifest
@@ -80,26 +80,7 @@ def audit(store: RemoteStore) -> Audit:
             found.strays.append(path)
             continue
         found.files_checked += 1
-        try:
-            m = store._read(path)
-        except FileNotFoundError:
-            continue
-        except StoreError as exc:
-            found.problems.append(Problem(rel, str(exc), "manifest"))
-            continue
-        if path != store._key_dir(m.cell_id, m.key) / path.name:
-            found.problems.append(
-                Problem(
-                    rel,
-                    f"{m.describe()} in {rel} is filed under the wrong cell or key; it is "
-                    "ignored. Move it back, or delete it.",
-                    "manifest",
-                )
-            )
-            continue
-        for ref in m.blob_refs():
-            refs[ref.blob].append(m)
-            expected.setdefault(ref.blob, ref)
+        check_manifest(store, path, rel, found, refs, expected)
     present: dict[str, int] = {}
     for obj in store.backend.list("objects"):
         parts = obj.key.split("/")
@@ -165,13 +146,9 @@ def trust(store: RemoteStore, problems: list[str] | None = None) -> int:
         except StoreError as exc:
             problems.append(f"not adopted: {exc}")
             continue
-        bad = [
-            f"{store.blobs.relpath(r.blob)} {problem}"
-            for r in m.blob_refs()
-            if (problem := store.blobs.check(r.blob, r.algo, r.checksum, r.size))
-        ]
-        if bad:
-            problems.append(f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + ".")
+        refused = refusal(m, store.blobs, rel)
+        if refused is not None:
+            problems.append(refused)
             continue
         store.backend.put(rel, [manifest.encode(m, store.key)])
         count += 1

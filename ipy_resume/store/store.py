@@ -43,7 +43,7 @@ from ipy_resume.store import (
     retention,
     signing,
 )
-from ipy_resume.store.audit import Audit
+from ipy_resume.store.audit import Audit, refusal
 from ipy_resume.store.audit import audit as audit_store
 from ipy_resume.store.blobs import SHA256, XXH3, BlobStore
 from ipy_resume.store.fsio import (
@@ -485,17 +485,7 @@ class Store:
         base seed the manifests carry; a new store gets a new random one.
         """
         primary, backup = self._info_copies()
-        for copy in (primary, backup):
-            if copy.doc is not None and copy.doc["format"] > STORE_FORMAT_VERSION:
-                raise FormatTooNew(
-                    f"the store {os.fspath(self.root)} has format {copy.doc['format']}, but this "
-                    f"ipy_resume reads format {STORE_FORMAT_VERSION} at most; upgrade ipy_resume "
-                    "or use another store",
-                    path=copy.name,
-                    found=copy.doc["format"],
-                    supported=STORE_FORMAT_VERSION,
-                )
-        doc = next((c.doc for c in (primary, backup) if c.doc is not None), None)
+        doc = info.first_doc((primary, backup), os.fspath(self.root))
         if doc is None and (self.root / "manifests").is_dir():
             doc = info.recover((m.created, m.seed_base) for m in self.manifests())
         if not heal:
@@ -1343,15 +1333,9 @@ class Store:
                 except StoreError as exc:
                     problems.append(f"not adopted: {exc}")
                     continue
-                bad = [
-                    f"{self.blobs.relpath(r.blob)} {problem}"
-                    for r in m.blob_refs()
-                    if (problem := self.blobs.check(r.blob, r.algo, r.checksum, r.size))
-                ]
-                if bad:
-                    problems.append(
-                        f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + "."
-                    )
+                refused = refusal(m, self.blobs, rel)
+                if refused is not None:
+                    problems.append(refused)
                     continue
                 manifest.resign(path, self.key, root=self.root)
                 count += 1
