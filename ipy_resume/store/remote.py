@@ -56,6 +56,7 @@ from ipy_resume.store.leases import GC_MARKER_STALE, LEASE_STALE, marker, stale
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.remote_backend import FsspecBackend, RemoteError
+from ipy_resume.store.results import Listed
 from ipy_resume.store.store import Store
 
 __all__ = ["LEASE_STALE", "RemoteBlobs", "RemoteStore"]
@@ -369,6 +370,18 @@ class RemoteStore(Store):
         if listed is not None:
             self._read_meta[rel] = listed
         return m
+
+    def scan(self) -> Iterator[Listed]:
+        """Every manifest object of the store, read once (see :meth:`Store.scan`)."""
+        for obj in self._listing("manifests"):
+            path = PurePosixPath(obj.key)
+            if not obj.key.endswith(".json") or len(path.parts) != 4:
+                continue
+            try:
+                data = self.backend.get(obj.key)
+            except FileNotFoundError:
+                continue
+            yield self._entry(path, obj.key, data)
 
     def _listing(self, prefix: str) -> list[ObjectInfo]:
         found = list(self.backend.list(prefix))

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 from ipy_resume.store import blobs, manifest
 from ipy_resume.store.audit import Audit, Problem, check_manifest, refusal
-from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
+from ipy_resume.store.fsio import StoreError
 from ipy_resume.store.leases import GC_MARKER_STALE, marker, stale
 from ipy_resume.store.manifest import BlobRef, Manifest
 from ipy_resume.store.remote_backend import FsspecBackend
-from ipy_resume.store.retention import GcReport, Scan, retain
+from ipy_resume.store.retention import GcReport, retain, scan_manifests
 
 if TYPE_CHECKING:
     from ipy_resume.store.remote import RemoteStore
@@ -156,40 +156,6 @@ def trust(store: RemoteStore, problems: list[str] | None = None) -> int:
     return count
 
 
-def _scan(store: RemoteStore) -> Scan:
-    scan = Scan()
-    for obj in store._listing("manifests"):
-        rel = obj.key
-        path = PurePosixPath(rel)
-        if not rel.endswith(".json") or len(path.parts) != 4:
-            continue
-        try:
-            data = store.backend.get(rel)
-        except FileNotFoundError:
-            continue
-        scan.sizes[path] = len(data)
-        try:
-            m = manifest.decode(data, store.key, rel=rel, store=store.url, path=path)
-        except FormatTooNew:
-            scan.newer.append(rel)
-            continue
-        except Untrusted:
-            scan.untrusted += 1
-            foreign = _foreign(data, rel, path)
-            if foreign is not None:
-                scan.pinned.update(r.blob for r in foreign.blob_refs())
-            continue
-        except ManifestError:
-            scan.unreadable.append(path)
-            continue
-        if path != store._key_dir(m.cell_id, m.key) / path.name:
-            scan.untrusted += 1
-            scan.pinned.update(r.blob for r in m.blob_refs())
-            continue
-        scan.trusted.append(m)
-    return scan
-
-
 def _referenced(store: RemoteStore) -> set[str] | None:
     """Every blob any manifest of the store names now (trusted or not); None if unsure."""
     out: set[str] = set()
@@ -233,7 +199,7 @@ def collect(
     backend.put(gc_marker, [marker("gc")])
     try:
         now = time.time()
-        scan = _scan(store)
+        scan = scan_manifests(store)
         broken = {m.path for m in scan.trusted if m.path in found.broken}
         scan.trusted = [m for m in scan.trusted if m.path not in broken]
         blob_objects = {

@@ -58,9 +58,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GcReport",
+    "Scan",
     "collect",
     "format_size",
     "parse_size",
+    "scan_manifests",
 ]
 
 UNLOCKED_GRACE = 3600.0
@@ -202,30 +204,31 @@ class Scan:
     opaque: list[str] = field(default_factory=list)  # manifests that cannot be read
 
 
-def _scan(store: Store) -> Scan:
-    scan = Scan()
+def scan_manifests(store: Store) -> Scan:
+    """What retention judges, from ``store.scan()`` (a local store or an object store)."""
+    found = Scan()
     for entry in store.scan():
         error = entry.error
         if isinstance(error, OSError):  # unreadable here: its blobs are unknown, so none may go
-            scan.opaque.append(f"{entry.rel} ({error.strerror or error})")
+            found.opaque.append(f"{entry.rel} ({error.strerror or error})")
             continue
-        scan.sizes[entry.path] = entry.size
+        found.sizes[entry.path] = entry.size
         if isinstance(error, FormatTooNew):
-            scan.newer.append(entry.rel)
+            found.newer.append(entry.rel)
         elif isinstance(error, Untrusted):
-            scan.untrusted += 1
+            found.untrusted += 1
             if entry.unverified is not None:  # its blob list, read without trusting it
-                scan.pinned.update(r.blob for r in entry.unverified.blob_refs())
+                found.pinned.update(r.blob for r in entry.unverified.blob_refs())
         elif isinstance(error, ManifestError):
-            scan.unreadable.append(entry.path)
+            found.unreadable.append(entry.path)
         elif error is not None:
             raise error
         elif entry.manifest is not None and entry.misfiled:
-            scan.untrusted += 1  # misfiled: never restored, but not ours to judge
-            scan.pinned.update(r.blob for r in entry.manifest.blob_refs())
+            found.untrusted += 1  # misfiled: never restored, but not ours to judge
+            found.pinned.update(r.blob for r in entry.manifest.blob_refs())
         elif entry.manifest is not None:
-            scan.trusted.append(entry.manifest)
-    return scan
+            found.trusted.append(entry.manifest)
+    return found
 
 
 def _blob_files(store: Store) -> dict[str, Path]:
@@ -377,7 +380,7 @@ def collect(
         if grace is None:
             grace = 0.0 if locked else UNLOCKED_GRACE
         now = time.time()
-        scan = _scan(store)
+        scan = scan_manifests(store)
         # checkpoints that can never load: a blob is missing or fails its checksum (a
         # concurrent save may have written it again since the audit: checked again)
         broken = {

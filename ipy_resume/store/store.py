@@ -1022,20 +1022,22 @@ class Store:
             except OSError as exc:  # unreadable here: what it refers to is unknown
                 yield Listed(path, rel, error=exc)
                 continue
+            yield self._entry(path, rel, data)
+
+    def _entry(self, path: PurePath, rel: str, data: bytes) -> Listed:
+        """What :meth:`scan` says of the manifest file *path* that holds *data*."""
+        try:
+            m = manifest.decode(data, self.key, rel=rel, store=str(self.location), path=path)
+        except Untrusted as exc:
             try:
-                m = manifest.decode(data, self.key, rel=rel, store=str(self.root), path=path)
-            except Untrusted as exc:
-                try:
-                    foreign: Manifest | None = manifest.decode_unverified(data, rel, path)
-                except StoreError:
-                    foreign = None
-                yield Listed(path, rel, len(data), error=exc, unverified=foreign)
-                continue
-            except StoreError as exc:
-                yield Listed(path, rel, len(data), error=exc)
-                continue
-            misfiled = path.parent != self._key_dir(m.cell_id, m.key)
-            yield Listed(path, rel, len(data), manifest=m, misfiled=misfiled)
+                foreign: Manifest | None = manifest.decode_unverified(data, rel, path)
+            except StoreError:
+                foreign = None
+            return Listed(path, rel, len(data), error=exc, unverified=foreign)
+        except StoreError as exc:
+            return Listed(path, rel, len(data), error=exc)
+        misfiled = path.parent != self._key_dir(m.cell_id, m.key)
+        return Listed(path, rel, len(data), manifest=m, misfiled=misfiled)
 
     def relative(self, path: PurePath | str | None) -> str:
         """*path* as messages name it: relative to the store (``manifests/…``) when inside.
