@@ -1,8 +1,9 @@
-"""The package's import graph: no cycles, and no module imports another's private names.
+"""The package's import graph: no cycles, no private names across modules, layers kept.
 
 The graph is read from the source (AST), so it sees every import a module can make: at
 the top, inside functions, and by name through ``importlib.import_module("ipy_resume.x")``.
-Imports under ``if TYPE_CHECKING:`` are left out: they never run.
+Imports under ``if TYPE_CHECKING:`` are left out: they never run.  The layers are the
+README's (section "Architecture"): a module imports from its own layer or below.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Module:
     is_package: bool
     imports: set[str] = field(default_factory=set)  # modules of the package it imports
     private: list[str] = field(default_factory=list)  # "module.name" of imported _names
+    external: set[str] = field(default_factory=set)  # top-level names of other packages
 
 
 def _modules(root: Path = PACKAGE) -> dict[str, Module]:
@@ -104,6 +106,8 @@ def import_graph(root: Path = PACKAGE) -> dict[str, Module]:
                 owner = _owner(target, modules)
                 if owner is not None and owner != module.name:
                     module.imports.add(owner)
+                elif owner is None and target:
+                    module.external.add(target.split(".")[0])
     return modules
 
 
@@ -142,6 +146,37 @@ def cycles(modules: dict[str, Module]) -> list[list[str]]:
     return found
 
 
+# Lowest first. A module not named here is in the layer of its package.
+LAYERS: list[tuple[str, set[str]]] = [
+    (
+        "foundations",
+        {"units", "version", "modrefs", "analysis", "capture", "settings", "file_deps", "rng"}
+        | {"fingerprint"},
+    ),
+    ("store", {"store"}),
+    (
+        "engine",
+        {"sharing", "reports", "queries", "restoring", "engine", "execution", "loop", "planning"},
+    ),
+    (
+        "front ends",
+        {"protocol", "comm", "widget", "timeline", "server", "magics", "cli", "headless"}
+        | {"papermill_engine", "auto", "ipython_settings", "demo"},
+    ),
+    ("package", {""}),
+]
+
+
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of module *name* (``ipy_resume.store.blobs`` → 1)."""
+    parts = name.split(".")[1:]
+    first = parts[0] if parts else ""
+    for index, (_, members) in enumerate(LAYERS):
+        if first in members:
+            return index
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS (and to the README)")
+
+
 @pytest.fixture(scope="module")
 def graph() -> dict[str, Module]:
     return import_graph()
@@ -167,11 +202,13 @@ def test_the_checks_catch_what_they_look_for(tmp_path: Path) -> None:
         "if TYPE_CHECKING:\n    from . import c\n"
         "def f():\n    from . import a\n_hidden = 1\n"
     )
-    (package / "c.py").write_text("import ipy_resume.b\n")
+    (package / "c.py").write_text("import ipy_resume.b\nfrom IPython.core import magic\n")
     modules = import_graph(package)
     assert cycles(modules) == [["ipy_resume.a", "ipy_resume.b"]]
     assert modules["ipy_resume.a"].private == ["ipy_resume.b._hidden"]
     assert "ipy_resume.c" not in modules["ipy_resume.b"].imports  # TYPE_CHECKING only
+    assert modules["ipy_resume.c"].external == {"IPython"}
+    assert layer_of("ipy_resume.store.blobs") < layer_of("ipy_resume.engine")
 
 
 def test_no_import_cycles(graph: dict[str, Module]) -> None:
@@ -181,3 +218,24 @@ def test_no_import_cycles(graph: dict[str, Module]) -> None:
 def test_no_module_imports_another_modules_private_names(graph: dict[str, Module]) -> None:
     taken = {name: module.private for name, module in sorted(graph.items()) if module.private}
     assert taken == {}
+
+
+def test_each_module_imports_from_its_layer_or_below(graph: dict[str, Module]) -> None:
+    upward = sorted(
+        f"{name} ({LAYERS[layer_of(name)][0]}) imports {other} ({LAYERS[layer_of(other)][0]})"
+        for name, module in graph.items()
+        for other in module.imports
+        if layer_of(other) > layer_of(name)
+    )
+    assert upward == []
+
+
+def test_engine_store_and_fingerprints_import_nothing_from_ipython(
+    graph: dict[str, Module],
+) -> None:
+    kernel_side = {"IPython", "ipykernel", "ipywidgets", "anywidget", "traitlets", "comm"}
+    below = [n for n in graph if layer_of(n) <= layer_of("ipy_resume.engine")]
+    assert len(below) > 20
+    assert {
+        n: graph[n].external & kernel_side for n in below if graph[n].external & kernel_side
+    } == {}
