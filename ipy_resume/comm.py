@@ -248,7 +248,7 @@ def notify_changed(shell: Any = None, root: Path | str | None = None) -> int:
     try:
         if state.comms:
             request = {"request": "snapshot", "after": state.last_seq, "limit": _PUSH_LIMIT}
-            snap = protocol.answer(request, protocol.Context(root))
+            snap = protocol.answer(request, context({}, root, shell))
             _remember_seq(state, snap.get("last_seq"))
             message = json_safe(
                 {

@@ -70,8 +70,10 @@ class Context:
         return self.root if self.root is not None else default_root()
 
     def timeline(self) -> Timeline:
-        """The queries of that store."""
-        return Timeline.open(self.store_root)
+        """The queries of that store: through the kernel's engine when it has one there, so
+        its open store and journal are reused."""
+        engine = self.engine(self.store_root)
+        return Timeline.open(self.store_root, engine.store if engine is not None else None)
 
 
 Handler = Callable[[Context, dict[str, Any]], Any]

@@ -1036,8 +1036,17 @@ class Store:
             return Listed(path, rel, len(data), error=exc, unverified=foreign)
         except StoreError as exc:
             return Listed(path, rel, len(data), error=exc)
-        misfiled = path.parent != self._key_dir(m.cell_id, m.key)
-        return Listed(path, rel, len(data), manifest=m, misfiled=misfiled)
+        return Listed(path, rel, len(data), manifest=m, misfiled=self.misfiled(m, path))
+
+    def misfiled(self, m: Manifest, path: PurePath) -> bool:
+        """True when the file *path* of *m* is not in the folder of its cell and key.
+
+        Such a manifest verifies but is never used: a copy, or moved by hand.
+
+        >>> store.misfiled(m, m.path)  # doctest: +SKIP
+        False
+        """
+        return path.parent != self._key_dir(m.cell_id, m.key)
 
     def relative(self, path: PurePath | str | None) -> str:
         """*path* as messages name it: relative to the store (``manifests/…``) when inside.
