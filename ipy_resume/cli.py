@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{len(refused)} checkpoint(s) not adopted", file=sys.stderr)
                 return 1
         elif args.command == "stats":
-            data = Timeline.open(root, store).stats()
+            data = Timeline.of(store).stats()
             print(json.dumps(data, indent=2) if args.json else stats_text(data))
     except reports.TargetError as exc:
         print(f"ipy-resume: {exc}", file=sys.stderr)

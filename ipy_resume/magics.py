@@ -331,7 +331,7 @@ class CheckpointMagics(Magics):
                     lines.append(f"store {store.location} is sound")
                 print("\n".join(lines))
             elif command == "stats":
-                print(stats_text(Timeline.open(store.location, store).stats()))
+                print(stats_text(Timeline.of(store).stats()))
             elif command == "auto":
                 self._auto(rest)
             elif command == "wait":
@@ -471,7 +471,7 @@ class CheckpointMagics(Magics):
             )
         store = self.engine().store
         root = store.location
-        history = Timeline.open(root, store)
+        history = Timeline.of(store)
         try:
             event = history.latest_session_event()
             if event is None:

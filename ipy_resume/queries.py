@@ -60,6 +60,15 @@ class Timeline:
         self.journal = journal
 
     @classmethod
+    def of(cls, store: Store) -> Timeline:
+        """The timeline of an open *store* (its own journal).
+
+        >>> Timeline.of(Store("/tmp/doc-store")).stats()["sessions"]  # doctest: +SKIP
+        0
+        """
+        return cls(store.location, store, store.journal())
+
+    @classmethod
     def open(cls, root: Location, store: Store | None = None) -> Timeline:
         """The timeline of the store at *root* (through *store* when the caller has it open).
 
@@ -72,8 +81,7 @@ class Timeline:
         root = resolve(root)
         if store is None and isinstance(root, Path) and not Store.has_checkpoints_at(root):
             return cls(root, None, Journal(root))
-        store = store or open_store(root)
-        return cls(root, store, store.journal())
+        return cls.of(store or open_store(root))
 
     # ---- what is there ---------------------------------------------------------------------
 

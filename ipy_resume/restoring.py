@@ -172,7 +172,7 @@ def restore(namespace: MutableMapping[str, Any], store: Store, target: str) -> R
     >>> restore(get_ipython().user_ns, store, "train").report(store)["restored"]  # doctest: +SKIP
     ['model', 'history']
     """
-    plan = Timeline.open(store.location, store).plan_restore(target, namespace.keys())
+    plan = Timeline.of(store).plan_restore(target, namespace.keys())
     loaded = load(store, plan.target, plan.sources, plan.chain)
     removed = plan.remove + plan.deleted
     problems = apply(namespace, store, loaded, removed)

@@ -20,7 +20,7 @@ byte.  Changing any of these changes every stored key: they are part of the stor
 Handlers of composite values are named ``c_<kind>`` (``containers.c_dict``) and take
 ``(fingerprinter, value)``; see :mod:`ipy_resume.fingerprint.core` for how they are called.
 
->>> hash128(b"str\0" + b"a") == atomic_str("a")
+>>> hash128(b"str\\0" + b"a") == atomic_str("a")
 True
 """
 
