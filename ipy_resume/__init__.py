@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
+
 __all__ = [
     "__version__",
     "load_ipython_extension",

@@ -3,19 +3,10 @@
 ``%load_ext ipy_resume`` registers the target. A frontend opens a comm on it;
 the kernel answers the open with ``{"event": "hello"}`` (a kernel without the
 extension closes the comm instead, which is how the panel tells "not loaded"
-from "busy"). Requests are JSON objects::
-
-    {"id": 7, "request": "snapshot", "after": 41, "limit": null}
-    {"id": 8, "request": "details", "target": "train"}
-    {"id": 9, "request": "restore", "target": "0190ab3f2a9c"}
-    {"id": 10, "request": "badges", "on": true}
-    {"id": 11, "request": "plan", "cells": [{"source": "%%checkpoint a\\n...", "id": "…"}]}
-
-and every answer repeats the ``id`` with either ``"data"`` or a one-line
-``"error"``. After each ``%%checkpoint`` run the engine calls
-:func:`notify_changed`, which pushes the new events to every open comm and
-refreshes live timeline widgets — while the cell that ran it is still busy,
-because comm messages from the kernel go out on IOPub at once.
+from "busy"). Requests and answers are those of :mod:`ipy_resume.protocol`, plus
+``{"id": 10, "request": "badges", "on": true}``, which concerns the comm itself.
+After each cell that may have touched the timeline, :func:`notify_changed` pushes
+the new events to every open comm and refreshes live timeline widgets.
 
 A frontend that draws cell badges says so with ``badges``; from then on (while
 that comm stays open) the routine status lines of ``%%checkpoint`` cells —
@@ -25,15 +16,13 @@ The notebook cell id is the ``cellId`` JupyterLab puts in the metadata of every
 ``execute_request``. The panel extension also adds ``"ipy_resume_badges": true``
 to that metadata, so an execution queued before the comm opens (Run All right
 after ``%load_ext``) writes no status line either; its outcome is kept and sent
-in the answer to ``badges``. Warnings and errors still go to the output area. ``plan``
-answers what Run All of the given code cells would restore and execute.
+in the answer to ``badges``. Warnings and errors still go to the output area.
 
-This module is a thin adapter: the queries themselves live in ``timeline.py``.
+This module is only a transport: the requests are answered by :mod:`ipy_resume.protocol`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import weakref
 from collections.abc import Callable, MutableMapping
@@ -41,17 +30,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import protocol
+from .engine import Engine
+from .protocol import REQUESTS, RequestError, json_safe
+from .store.location import Location
+from .version import __version__
+
+__all__ = [
+    "BADGES_FLAG",
+    "REQUESTS",
+    "TARGET",
+    "RequestError",
+    "add_widget",
+    "context",
+    "current_cell_id",
+    "current_shell",
+    "engine_of",
+    "handle_request",
+    "notify_changed",
+    "outcome_message",
+    "push_outcome",
+    "register",
+    "shows_badges",
+]
+
 TARGET = "ipy_resume"
-REQUESTS = ("snapshot", "details", "restore", "badges", "plan")
 # A push carries at most this many events; a frontend that falls further behind
 # asks for a fresh snapshot (it does so after each execution anyway).
 _PUSH_LIMIT = 2000
 
 log = logging.getLogger(__name__)
-
-
-class RequestError(ValueError):
-    """A request the kernel cannot serve as asked (bad name, missing field)."""
 
 
 @dataclass
@@ -99,43 +107,40 @@ def _channels(shell: Any, create: bool = False) -> _Channels | None:
     return state
 
 
-def _api() -> Any:
-    # ``ipy_resume.timeline`` is also the public widget factory, so the query
-    # module is imported by its full name rather than through the package.
-    import importlib
+def current_shell() -> Any:
+    """The running IPython shell, or None outside one.
 
-    return importlib.import_module("ipy_resume.timeline")
-
-
-def one_line(exc: BaseException) -> str:
-    """The message of *exc* on one line, the way the panel shows errors.
-
-    >>> one_line(ValueError("bad\\nthing"))
-    'bad thing'
+    >>> current_shell() is None
+    True
     """
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
-
-
-def _json_safe(value: Any) -> Any:
-    # Manifests hold tuples, paths and numpy scalars; JSON must not choke on them.
-    return json.loads(json.dumps(value, default=str))
-
-
-def _optional_int(data: dict[str, Any], name: str) -> int | None:
-    value = data.get(name)
-    if value is None:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(f"'{name}' must be an integer or null, not {value!r}")
-    return value
+    return get_ipython()
 
 
-def _target(data: dict[str, Any]) -> str:
-    target = data.get("target")
-    if not isinstance(target, str) or not target.strip():
-        raise RequestError("this request needs a 'target': a checkpoint id, a prefix or a CELL_ID")
-    return target.strip()
+def engine_of(shell: Any, root: Location) -> Engine | None:
+    """The engine *shell*'s ``%checkpoint`` magics run on the store at *root*, if any.
+
+    >>> engine_of(get_ipython(), default_root())  # doctest: +SKIP
+    <ipy_resume.engine.Engine object at ...>
+    """
+    registry = getattr(getattr(shell, "magics_manager", None), "registry", {})
+    magics = registry.get("CheckpointMagics") if isinstance(registry, dict) else None
+    engines = getattr(magics, "engines", None)
+    return engines.find(root) if engines is not None else None
+
+
+def context(
+    namespace: MutableMapping[str, Any], root: Path | str | None = None, shell: Any = None
+) -> protocol.Context:
+    """What a request from a front end of *shell*'s kernel may use (see :mod:`.protocol`).
+
+    *shell* defaults to the running one: a restore joins the timeline of its engine.
+    """
+    kernel_shell = shell if shell is not None else current_shell()
+    return protocol.Context(root, namespace, shell, lambda where: engine_of(kernel_shell, where))
 
 
 def handle_request(
@@ -144,7 +149,7 @@ def handle_request(
     root: Path | str | None = None,
     shell: Any = None,
 ) -> dict[str, Any]:
-    """Answer one request; never raises (errors come back as ``{"error": ...}``).
+    """Answer one request (see :func:`protocol.handle`); never raises.
 
     ``plan`` needs *shell* (the magics parse the cells); ``badges`` is answered by
     the comm itself, which is what it concerns.
@@ -152,32 +157,7 @@ def handle_request(
     >>> handle_request({"id": 1, "request": "nope"}, {})["error"]
     "unknown request 'nope'; expected one of snapshot, details, restore, badges, plan"
     """
-    if not isinstance(data, dict):
-        return {"id": None, "error": "a request must be a JSON object"}
-    request_id = data.get("id")
-    request = data.get("request")
-    reply: dict[str, Any] = {"id": request_id, "request": request}
-    try:
-        api = _api()
-        store = root if root is not None else api.default_root()
-        if request == "snapshot":
-            result = api.snapshot(
-                store, after=_optional_int(data, "after"), limit=_optional_int(data, "limit")
-            )
-        elif request == "details":
-            result = api.details(store, _target(data))
-        elif request == "restore":
-            result = api.restore(namespace, store, _target(data))
-        elif request == "plan":
-            result = plan_request(shell, data)
-        else:
-            raise RequestError(
-                f"unknown request {request!r}; expected one of {', '.join(REQUESTS)}"
-            )
-        reply["data"] = _json_safe(result)
-    except Exception as exc:  # the channel must survive any failure and say why
-        reply["error"] = one_line(exc)
-    return reply
+    return protocol.handle(data, context(namespace, root, shell))
 
 
 def register(shell: Any) -> bool:
@@ -219,16 +199,10 @@ def register(shell: Any) -> bool:
 
         comm.on_msg(on_msg)
         comm.on_close(on_close)
-        comm.send({"event": "hello", "target": TARGET, "version": _version()})
+        comm.send({"event": "hello", "target": TARGET, "version": __version__})
 
     manager.register_target(TARGET, on_open)
     return True
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 def _remember_seq(state: _Channels, seq: Any) -> None:
@@ -266,23 +240,17 @@ def notify_changed(shell: Any = None, root: Path | str | None = None) -> int:
     1
     """
     if shell is None:
-        try:
-            from IPython import get_ipython
-
-            shell = get_ipython()
-        except ImportError:
-            return 0
+        shell = current_shell()
     state = _channels(shell)
     if state is None or (not state.comms and not len(state.widgets)):
         return 0
     sent = 0
     try:
         if state.comms:
-            api = _api()
-            store = root if root is not None else api.default_root()
-            snap = api.snapshot(store, after=state.last_seq, limit=_PUSH_LIMIT)
+            request = {"request": "snapshot", "after": state.last_seq, "limit": _PUSH_LIMIT}
+            snap = protocol.answer(request, context({}, root, shell))
             _remember_seq(state, snap.get("last_seq"))
-            message = _json_safe(
+            message = json_safe(
                 {
                     "event": "changed",
                     "events": snap["events"],
@@ -379,7 +347,7 @@ def outcome_message(engine: Any, opts: Any, outcome: Any, cell: str | None) -> d
             short = engine.store.short_id(checkpoint)
         except Exception:  # a store that cannot list its ids still has the full id
             short = checkpoint[:8]
-    return _json_safe(
+    return json_safe(
         {
             "event": "outcome",
             "cell": cell,
@@ -415,43 +383,3 @@ def push_outcome(shell: Any, engine: Any, opts: Any, outcome: Any, cell: str | N
     except Exception:
         log.debug("ipy_resume: could not send a cell outcome", exc_info=True)
     return sent
-
-
-# ---- plan for Run All ---------------------------------------------------------------------------
-
-
-def plan_request(shell: Any, data: dict[str, Any]) -> dict[str, Any]:
-    """Answer ``plan``: each code cell's verdict, in the order the cells were given.
-
-    *data* ``cells`` lists the notebook's code cells as ``{"source": ..., "id": ...}``;
-    each planned cell comes back with the ``id`` it was sent with (as ``cell``).
-    """
-    cells = data.get("cells")
-    if not isinstance(cells, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("source"), str) for c in cells
-    ):
-        raise RequestError("a plan needs 'cells': the code cells, each as {source, id}")
-    registry = getattr(getattr(shell, "magics_manager", None), "registry", {})
-    magics = registry.get("CheckpointMagics")
-    if magics is None:
-        raise RequestError("a plan needs the kernel's %checkpoint magics (%load_ext ipy_resume)")
-    engine = magics.engine()
-    plan = magics.plan_cells([c["source"] for c in cells], engine)
-    rows = []
-    for planned in plan.cells:
-        sent = cells[planned.position - 1]
-        short = engine.store.short_id(planned.checkpoint_id) if planned.checkpoint_id else None
-        rows.append(
-            {
-                "position": planned.position,
-                "cell": sent.get("id"),
-                "cell_id": planned.cell_id,
-                "label": planned.label,
-                "verdict": planned.verdict,
-                "reason": planned.reason,
-                "saves": planned.saves,
-                "checkpoint_id": planned.checkpoint_id,
-                "short_id": short,
-            }
-        )
-    return {"cells": rows, "saved": plan.saved, "text": plan.text(engine)}

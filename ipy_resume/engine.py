@@ -4,7 +4,7 @@
 it reads, restores a verified checkpoint when one exists, and otherwise runs
 the cell through a :class:`Host` and commits what it produced. The host is the
 only part that knows how to execute code and show output; the magic supplies
-an IPython one, tests and the CLI a plain one.
+an IPython one, and :class:`ipy_resume.execution.PlainHost` runs cells in a plain dict.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
 from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError, background, location
-from .store.journal import Event
+from .store.journal import Event, Journal
+from .store.location import default_store_dir
 from .units import format_size
 
 FORMAT_VERSION = "1"
@@ -172,18 +173,6 @@ class ActiveCell:
 
 
 _active: ActiveCell | None = None
-# The engine of each store in this process, so a restore from the panel or the widget
-# lands on the same timeline branch as one typed in the notebook.
-_engines: dict[str, Engine] = {}
-
-
-def engine_for(root: str | os.PathLike[str]) -> Engine | None:
-    """The engine working on the store at *root* in this process, if any.
-
-    >>> engine_for("/nonexistent") is None
-    True
-    """
-    return _engines.get(location.key(root))
 
 
 def active_cell() -> ActiveCell | None:
@@ -195,18 +184,35 @@ def active_cell() -> ActiveCell | None:
     return _active
 
 
-def default_store_dir() -> Path | str:
-    """The store used when none is named: ``$IPY_RESUME_DIR`` or ``./.ipy_resume``.
+class Engines:
+    """The engines of one shell, one per store, each created on first use.
 
-    ``$IPY_RESUME_DIR`` may be an object-store URL (``s3://bucket/prefix``), returned as is.
+    A restore from the panel or the widget finds the shell's engine here, so it lands
+    on the same timeline branch as one typed in the notebook.
 
-    >>> str(default_store_dir()).endswith((".ipy_resume", os.environ.get("IPY_RESUME_DIR", "")))
+    >>> engines = Engines()
+    >>> engines.find("/nonexistent") is None
     True
     """
-    env = os.environ.get("IPY_RESUME_DIR")
-    if env and location.is_url(env):
-        return env
-    return Path(env) if env else Path.cwd() / ".ipy_resume"
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Engine] = {}
+
+    def get(self, root: str | os.PathLike[str] | None = None) -> Engine:
+        """The engine of the store at *root* (default: :func:`default_store_dir`).
+
+        *root* may be an object-store URL (``s3://bucket/prefix``).
+        """
+        where = location.resolve(root or default_store_dir())
+        name = location.key(where)
+        if name not in self._by_key:
+            store = location.open_store(where)
+            self._by_key[name] = Engine(store, journal=store.journal())
+        return self._by_key[name]
+
+    def find(self, root: str | os.PathLike[str]) -> Engine | None:
+        """The engine of the store at *root* if this shell has made one, else None."""
+        return self._by_key.get(location.key(root))
 
 
 class Engine:
@@ -216,18 +222,19 @@ class Engine:
     >>> engine.run(namespace, "y = x * 2", CheckpointOptions("double"), host)  # doctest: +SKIP
     """
 
-    def __init__(self, store: Store, session: str | None = None) -> None:
+    def __init__(
+        self, store: Store, session: str | None = None, journal: Journal | None = None
+    ) -> None:
         self.store = store
         self.session = session or uuid.uuid4().hex[:12]
         self.last_outcome: Outcome | None = None
-        self.journal = store.journal()  # rebuilt from the manifests if it was lost
+        # the store's timeline (by default its own, rebuilt from the manifests if it was lost)
+        self.journal = journal if journal is not None else store.journal()
         self.last_event: str | None = None  # parent of the next event
-        self.listeners: list[Callable[[Event], None]] = []
         self._journal_warned = False
         # saves are made durable by the background writer (store/background.py) when this
         # is True, or None and $IPY_RESUME_BACKGROUND is not 0, and the budget allows
         self.background: bool | None = None
-        _engines[location.key(store.location)] = self
 
     def record(
         self,
@@ -236,7 +243,7 @@ class Engine:
         host: Host | None = None,
         parent: str | None = None,
     ) -> Event | None:
-        """Append *outcome* to the timeline as a child of the previous event; tell listeners.
+        """Append *outcome* to the timeline as a child of the previous event.
 
         A journal failure costs the timeline one row, never the user's cell.
         """
@@ -272,10 +279,6 @@ class Engine:
             return None
         if advance:  # (a background save's event was made the parent when it was made)
             self.last_event = event.event_id
-        for listener in list(self.listeners):
-            # A frontend going away must not fail the cell.
-            with contextlib.suppress(Exception):
-                listener(event)
         return event
 
     def _later(
@@ -344,6 +347,34 @@ class Engine:
         True
         """
         return background.barrier(self.store.root, timeout=timeout)
+
+    def restore(
+        self,
+        namespace: MutableMapping[str, Any],
+        target: str,
+        how: str = "restore",
+        store: Store | None = None,
+    ) -> dict[str, Any]:
+        """Rebuild the state as of *target* (see :func:`restoring.restore`) on this timeline.
+
+        The restore is a ``resumed`` event whose parent is the target, so later cells
+        continue that branch.  *store* is this engine's, opened again by the caller (by
+        default the engine's own).  Returns the report (``restored``, ``removed``,
+        ``message``).
+
+        >>> engine.restore(get_ipython().user_ns, "train")["restored"]  # doctest: +SKIP
+        ['model', 'history']
+        """
+        store = store or self.store
+        done = restoring.restore(namespace, store, target)
+        report = done.report(store)
+        plan = done.plan
+        names = sorted(done.values)
+        outcome = Outcome("resumed", plan.target.id, names, detail=f"{how} to {plan.target.id}")
+        self.record(
+            outcome, plan.target.cell_id, parent=plan.event.event_id if plan.event else None
+        )
+        return report
 
     # ---- planning -------------------------------------------------------------------------
 

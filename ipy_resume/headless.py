@@ -441,7 +441,7 @@ def run_command(
     cwd = source.resolve().parent
     try:
         store_dir = location.resolve(
-            store or os.environ.get("IPY_RESUME_DIR") or cwd / ".ipy_resume"
+            store or os.environ.get(location.STORE_ENV) or cwd / location.STORE_DIRNAME
         )
     except StoreError as exc:
         print(f"ipy-resume run: {exc}", file=sys.stderr)

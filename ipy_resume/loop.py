@@ -19,6 +19,7 @@ from . import file_deps, restoring, rng
 from .capture import live_stderr
 from .engine import PREFIX, ActiveCell, active_cell
 from .store import StoreError
+from .units import format_timestamp
 
 T = TypeVar("T")
 
@@ -148,7 +149,7 @@ class _LoopRun:
         names = ", ".join(sorted(values)) or "no names"
         self._say(
             f"resuming loop {self.index} of '{self.cell.cell_id}' at iteration {position}{of} "
-            f"(saved {manifest.created.replace('T', ' ')[:19]} UTC; restored {names})"
+            f"(saved {format_timestamp(manifest.created)} UTC; restored {names})"
         )
         return position
 

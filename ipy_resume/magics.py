@@ -22,14 +22,15 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import comm, reports, timeline
+from . import cli, comm, reports
 from .analysis import first_line
 from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
-from .engine import CheckpointOptions, Engine, RunResult, default_store_dir
+from .engine import CheckpointOptions, Engine, Engines, RunResult
 from .execution import compile_cell, run_compiled
 from .planning import NotebookCell, RunAllPlan, plan_run_all
-from .store import Store, StoreError, background, location, open_store, retention
+from .queries import Timeline, stats_text
+from .store import Store, StoreError, background
 from .store.journal import OUTCOME_PAYLOAD
 
 LINE_USAGE = (
@@ -203,7 +204,7 @@ class CheckpointMagics(Magics):
 
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
-        self._engines: dict[str, Engine] = {}
+        self.engines = Engines()
         self.auto = AutoMode(shell)
         self.last_engine: Engine | None = None  # the engine of the latest %%checkpoint cell
 
@@ -212,11 +213,7 @@ class CheckpointMagics(Magics):
 
         *store_dir* may be an object-store URL (``s3://bucket/prefix``).
         """
-        root = location.resolve(store_dir or default_store_dir())
-        name = str(root)
-        if name not in self._engines:
-            self._engines[name] = Engine(open_store(root))
-        return self._engines[name]
+        return self.engines.get(store_dir)
 
     @magic_arguments()
     @argument("cell_id", metavar="CELL_ID", help="a stable name for this cell, e.g. train")
@@ -362,7 +359,7 @@ class CheckpointMagics(Magics):
                     lines.append(f"store {store.location} is sound")
                 print("\n".join(lines))
             elif command == "stats":
-                print(timeline.stats_text(timeline.stats(store.location, store)))
+                print(stats_text(Timeline.of(store).stats()))
             elif command == "auto":
                 self._auto(rest)
             elif command == "wait":
@@ -375,7 +372,7 @@ class CheckpointMagics(Magics):
                 print(self._plan(rest[0] if rest else None))
             elif command == "gc":
                 try:
-                    keep_last, max_size = retention.parse_gc_words(rest)
+                    keep_last, max_size = cli.parse_gc_words(rest)
                 except ValueError as exc:
                     raise UsageError(str(exc)) from None
                 print(store.gc(keep_last=keep_last, max_size=max_size).summary())
@@ -479,9 +476,7 @@ class CheckpointMagics(Magics):
         engine = self.engine()
         background.flush()  # the state to restore includes the saves still being written
         how = "%resume" if resumed else "restore"
-        report = timeline.restore(
-            self.shell.user_ns, engine.store.location, target, engine.store, how=how
-        )
+        report = engine.restore(self.shell.user_ns, target, how=how)
         print(f"ipy_resume: {report['message']}")
         return report
 
@@ -502,9 +497,11 @@ class CheckpointMagics(Magics):
             raise UsageError(
                 "%resume takes no arguments; use %checkpoint restore TARGET for others"
             )
-        root = self.engine().store.location
+        store = self.engine().store
+        root = store.location
+        history = Timeline.of(store)
         try:
-            event = timeline.latest_session_event(root)
+            event = history.latest_session_event()
             if event is None:
                 print(f"ipy_resume: nothing to resume: no checkpoints in {root}")
                 return
@@ -513,6 +510,6 @@ class CheckpointMagics(Magics):
             raise UsageError(str(exc)) from None
         except StoreError as exc:
             raise UsageError(f"%resume: {exc}") from None
-        span = timeline.session_span(root, event.session)
+        span = history.session_span(event.session)
         if span:
             print(f"ipy_resume: that kernel session ran {span}")

@@ -12,7 +12,6 @@ unfinished one. Each cell's outcome is logged through papermill's logger.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine
@@ -48,7 +47,7 @@ class ResumeEngine(NBClientEngine):
     ):
         source = kwargs.get("input_path")
         trust = isinstance(source, (str, os.PathLike)) and file_has_cell_ids(source)
-        store = location.resolve(os.environ.get("IPY_RESUME_DIR") or Path.cwd() / ".ipy_resume")
+        store = location.default_root()
         kwargs = remove_args(["input_path"], **kwargs)
         safe = remove_args(["timeout", "startup_timeout"], **kwargs)
         extra = [*safe.pop("extra_arguments", []), LOAD_EXTENSION]

@@ -9,7 +9,7 @@ from . import file_deps
 from .store import Manifest
 from .store.journal import Event
 from .store.manifest import unique_prefixes
-from .units import format_size
+from .units import format_size, format_timestamp
 
 
 class TargetError(LookupError):
@@ -130,7 +130,7 @@ def table(
             (
                 short_ids.get(m.id, m.id),
                 m.cell_id,
-                m.created.replace("T", " ")[:19],
+                format_timestamp(m.created),
                 "-" if duration is None else f"{float(duration):.2f} s",
                 format_size(m.bytes),
                 outcome_of(m, events),

@@ -1,8 +1,8 @@
 """The one way a checkpoint reaches a namespace: load and verify, then apply.
 
 A hit of ``%%checkpoint``, a ``resumable`` loop picking up after a crash, and
-``restore``/``%resume`` (names gathered from several checkpoints) all come through
-here, so each of them keeps shared objects shared, re-registers the restored values'
+``restore``/``%resume`` (names gathered from several checkpoints, :func:`restore`) all
+come through here, so each of them keeps shared objects shared, re-registers the restored values'
 fingerprints and restores RNG state the same way.  Loading touches nothing; only
 :func:`apply` changes the namespace, after everything has been verified.
 """
@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from . import rng, settings
+from .queries import RestorePlan, Timeline
 from .sharing import shared_objects
 from .store import Manifest, Store
 from .store.fsio import atomic_write
+from .units import format_timestamp
 
-__all__ = ["Loaded", "apply", "load"]
+__all__ = ["Loaded", "Restored", "apply", "load", "restore"]
 
 
 @dataclass
@@ -125,3 +127,53 @@ def apply(
         shared.restored(manifest, values)
         shared.note(manifest, values, namespace, loaded.members.get(manifest.id))
     return loaded.problems
+
+
+@dataclass
+class Restored:
+    """What :func:`restore` did: the plan it followed, the names it bound and removed."""
+
+    plan: RestorePlan
+    values: dict[str, object]
+    removed: list[str]
+    problems: list[str]
+
+    def report(self, store: Store) -> dict[str, Any]:
+        """The JSON-ready answer of a restore, with a one-line ``message`` for the user."""
+        target = self.plan.target
+        message = (
+            f"restored {len(self.values)} name(s) as of checkpoint {store.short_id(target.id)} "
+            f"('{target.cell_id}', {format_timestamp(target.created)} UTC): "
+            f"{', '.join(sorted(self.values)) or 'none'}"
+        )
+        if self.removed:
+            message += f"; removed {', '.join(self.removed)}"
+        if self.problems:
+            message += "; " + "; ".join(self.problems)
+        return {
+            "checkpoint_id": target.id,
+            "cell_id": target.cell_id,
+            "event_id": self.plan.event.event_id if self.plan.event else None,
+            "created": target.created,
+            "restored": sorted(self.values),
+            "removed": self.removed,
+            "message": message,
+        }
+
+
+def restore(namespace: MutableMapping[str, Any], store: Store, target: str) -> Restored:
+    """Rebuild the state as of checkpoint *target* (id, unique prefix, CELL_ID or event id).
+
+    Names recorded up to it take their values at that point, names first created by
+    checkpointed cells after it are removed, other names are untouched, and the RNG state
+    is set.  Every value is loaded and verified before the namespace changes.  Nothing is
+    added to the timeline: :meth:`ipy_resume.engine.Engine.restore` does that.
+
+    >>> restore(get_ipython().user_ns, store, "train").report(store)["restored"]  # doctest: +SKIP
+    ['model', 'history']
+    """
+    plan = Timeline.of(store).plan_restore(target, namespace.keys())
+    loaded = load(store, plan.target, plan.sources, plan.chain)
+    removed = plan.remove + plan.deleted
+    problems = apply(namespace, store, loaded, removed)
+    return Restored(plan, loaded.values, removed, problems)

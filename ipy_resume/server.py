@@ -4,8 +4,11 @@ The side panel talks to the kernel through a comm, but a dead, restarting or
 busy kernel cannot answer — which is exactly when a user wants to see what was
 saved. These handlers read the store next to the notebook directly:
 
-    GET {base_url}ipy-resume/timeline?path=NOTEBOOK[&after=SEQ&limit=N]  → timeline.snapshot()
-    GET {base_url}ipy-resume/details?path=NOTEBOOK&target=TARGET         → timeline.details()
+    GET {base_url}ipy-resume/timeline?path=NOTEBOOK[&after=SEQ&limit=N]  → "snapshot"
+    GET {base_url}ipy-resume/details?path=NOTEBOOK&target=TARGET         → "details"
+
+Each is the request of that name of :mod:`ipy_resume.protocol`, answered there; the
+handlers only turn query arguments into the request and errors into HTTP statuses.
 
 The store is the one the notebook's kernel would use: ``$IPY_RESUME_DIR`` when
 the server has it (kernels inherit the server's environment; a relative value
@@ -17,9 +20,7 @@ that does not exist answers ``{"exists": false, ...}``.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,9 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from . import protocol
 from .store import StoreError, location
-
-STORE_DIRNAME = ".ipy_resume"
+from .store.fsio import one_line
 
 
 class StorePathError(ValueError):
@@ -44,24 +45,15 @@ def store_for(
     >>> str(store_for(Path("/srv"), "exp/run.ipynb", env={}))
     '/srv/exp/.ipy_resume'
     """
-    env = dict(os.environ) if env is None else env
     root = Path(server_root).resolve()
     relative = notebook_path.strip().strip("/")
     candidate = (root / relative).resolve() if relative else root
     if candidate != root and root not in candidate.parents:
         raise StorePathError(f"'{notebook_path}' is outside the server's root folder")
     folder = candidate if candidate.is_dir() else candidate.parent
-    override = env.get("IPY_RESUME_DIR")
-    if override and location.is_url(override):
-        return location.resolve(override)  # a bucket: the same for every notebook
-    if override:
-        return (folder / Path(override).expanduser()).resolve()
-    return folder / STORE_DIRNAME
-
-
-def _api() -> Any:
-    # ``ipy_resume.timeline`` doubles as the widget factory; import it by full name.
-    return importlib.import_module("ipy_resume.timeline")
+    store = location.default_store_dir(folder, env)
+    # a bucket is the same for every notebook; written as the kernel would resolve it
+    return location.resolve(store) if location.is_url(store) else store
 
 
 def _int_argument(handler: web.RequestHandler, name: str) -> int | None:
@@ -91,18 +83,16 @@ class _StoreHandler(APIHandler):
         if exc_info is not None and isinstance(exc_info[1], web.HTTPError):
             reason = exc_info[1].log_message or reason
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"error": " ".join(str(reason).split())}))
+        self.finish(json.dumps({"error": one_line(str(reason))}))
 
-    async def _answer(self, func: Any, *args: Any, **kwargs: Any) -> None:
+    async def _answer(self, store: Path | str, request: dict[str, Any]) -> None:
         # SQLite and manifest reads block; keep them off the server's event loop.
         try:
-            result = await asyncio.to_thread(func, *args, **kwargs)
+            result = await asyncio.to_thread(protocol.answer, request, protocol.Context(store))
         except LookupError as exc:
-            raise web.HTTPError(404, " ".join(str(exc).split())) from None
+            raise web.HTTPError(404, protocol.error_line(exc)) from None
         except Exception as exc:
-            raise web.HTTPError(
-                500, f"cannot read the store: {' '.join(str(exc).split())}"
-            ) from None
+            raise web.HTTPError(500, f"cannot read the store: {protocol.error_line(exc)}") from None
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(result, default=str))
 
@@ -115,7 +105,7 @@ class TimelineHandler(_StoreHandler):
         store = self._store()
         after = _int_argument(self, "after")
         limit = _int_argument(self, "limit")
-        await self._answer(_api().snapshot, store, after=after, limit=limit)
+        await self._answer(store, {"request": "snapshot", "after": after, "limit": limit})
 
 
 class DetailsHandler(_StoreHandler):
@@ -129,7 +119,7 @@ class DetailsHandler(_StoreHandler):
             raise web.HTTPError(400, "'target' is required: a checkpoint id, a prefix or a CELL_ID")
         if isinstance(store, Path) and not store.is_dir():
             raise web.HTTPError(404, f"no checkpoint store at {store}")
-        await self._answer(_api().details, store, target)
+        await self._answer(store, {"request": "details", "target": target})
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

@@ -1,4 +1,4 @@
-"""Sizes in words, shared by every message, table and report."""
+"""Sizes and times in words, shared by every message, table and report."""
 
 from __future__ import annotations
 
@@ -16,3 +16,12 @@ def format_size(value: int, base: int = 1000) -> str:
             return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= base
     return f"{size:.1f} {units[-1]}"
+
+
+def format_timestamp(created: str) -> str:
+    """An ISO 8601 time as messages and tables show it: ``YYYY-MM-DD HH:MM:SS`` (UTC).
+
+    >>> format_timestamp("2024-05-01T12:30:05.123456+00:00")
+    '2024-05-01 12:30:05'
+    """
+    return created.replace("T", " ")[:19]

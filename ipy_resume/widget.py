@@ -4,7 +4,7 @@ An anywidget, so it needs no extension of its own: the front end is a static
 ES module (``_frontend/widget.js``) bundled from the same TypeScript renderer
 the JupyterLab side panel uses, and it renders wherever ipywidgets do
 (JupyterLab 4, Notebook 7, VS Code). The widget runs inside the kernel, so it
-answers ``details`` and ``restore`` itself through :func:`comm.handle_request`.
+answers ``details`` and ``restore`` itself through :mod:`ipy_resume.protocol`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 import anywidget
 import traitlets
 
-from . import comm
+from . import comm, protocol
+from .queries import Timeline
 from .store import location
 
 _FRONTEND = Path(__file__).parent / "_frontend"
@@ -46,17 +47,16 @@ class TimelineWidget(anywidget.AnyWidget):
         """The store shown: the one given, else the kernel's current store."""
         if self._root is not None:
             return self._root
-        found: Path | str = comm._api().default_root()
-        return found
+        return location.default_root()
 
     def refresh(self) -> None:
         """Re-read the store; the front end redraws from the new snapshot."""
-        snap = comm._api().snapshot(self.root)
+        snap = Timeline.open(self.root).snapshot()
         self.store = snap["store"]
-        self.snapshot = comm._json_safe(snap)
+        self.snapshot = protocol.json_safe(snap)
 
     def _namespace(self) -> Any:
-        shell = self._shell or _current_shell()
+        shell = self._shell or comm.current_shell()
         if shell is not None:
             return shell.user_ns
         import __main__
@@ -68,18 +68,10 @@ class TimelineWidget(anywidget.AnyWidget):
             self.refresh()
             self.send({"id": content.get("id"), "request": "refresh", "data": {}})
             return
-        reply = comm.handle_request(content, self._namespace(), self.root)
+        reply = protocol.handle(content, comm.context(self._namespace(), self.root))
         self.send(reply)
         if reply.get("request") == "restore" and "data" in reply:
             self.refresh()
-
-
-def _current_shell() -> Any:
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython is a dependency
-        return None
-    return get_ipython()
 
 
 def timeline_widget(store: str | Path | None = None) -> TimelineWidget:
@@ -92,7 +84,7 @@ def timeline_widget(store: str | Path | None = None) -> TimelineWidget:
     >>> timeline()  # doctest: +SKIP
     TimelineWidget(...)
     """
-    shell = _current_shell()
+    shell = comm.current_shell()
     widget = TimelineWidget(store=Path(store) if store is not None else None, shell=shell)
     if shell is not None:
         comm.add_widget(shell, widget)

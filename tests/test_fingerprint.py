@@ -32,7 +32,6 @@ from conftest import python_output
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipy_resume import fingerprint as fpmod
 from ipy_resume.fingerprint import (
     Fingerprinter,
     Unfingerprintable,
@@ -41,6 +40,7 @@ from ipy_resume.fingerprint import (
     fingerprint_hex,
     register,
 )
+from ipy_resume.fingerprint import core as fpcore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -1060,7 +1060,7 @@ def test_numeric_columns_are_hashed_as_buffers(monkeypatch: pytest.MonkeyPatch) 
 
     fingerprint(np.float64(1))  # the rule for numpy scalars is now cached
     for scalar in (np.float64, np.int64):
-        monkeypatch.setitem(fpmod._ATOMIC, scalar, counting)
+        monkeypatch.setitem(fpcore.RESOLVED_ATOMIC, scalar, counting)
     df = pd.DataFrame({"x": np.arange(100_000.0), "n": np.arange(100_000)})
     fingerprint(df)
     fingerprint(df["x"])
@@ -1178,9 +1178,9 @@ def test_register_custom_types() -> None:
         with pytest.raises(TypeError):
             register("not a type", by_degrees)  # type: ignore[arg-type]
     finally:
-        fpmod._REGISTRY.pop(Celsius, None)
-        fpmod._REGISTRY.pop(Broken, None)
-        fpmod._clear_rule_caches()
+        fpcore._REGISTRY.pop(Celsius, None)
+        fpcore._REGISTRY.pop(Broken, None)
+        fpcore._clear_rule_caches()
     assert fingerprint(Celsius(1.0, "a")) != fingerprint(Celsius(1.0001, "b"))
 
 

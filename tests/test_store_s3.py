@@ -83,7 +83,7 @@ def test_url_whose_package_is_missing_is_one_line_and_makes_no_folder(
 
 
 def test_store_from_environment_is_a_bucket(s3_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ipy_resume.engine import default_store_dir
+    from ipy_resume.store.location import default_store_dir
 
     monkeypatch.setenv("IPY_RESUME_DIR", s3_url)
     assert default_store_dir() == s3_url

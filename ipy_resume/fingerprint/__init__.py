@@ -95,19 +95,16 @@ from __future__ import annotations
 from . import code, containers, numpy_rules, pandas_rules, reduce, rules  # noqa: F401  (rules)
 from .code import globals_read
 from .core import (
-    _ATOMIC,
-    _REGISTRY,
     BUDGET_ENV,
     Fingerprinter,
     Unfingerprintable,
-    _clear_rule_caches,
     clear_aliases,
-    digest_bytes,
     fingerprint,
     fingerprint_hex,
     register,
     register_alias,
 )
+from .primitives import digest_bytes
 
 __all__ = [
     "BUDGET_ENV",
@@ -121,5 +118,3 @@ __all__ = [
     "register",
     "register_alias",
 ]
-# Private names the test-suite patches: the same objects as in .core.
-_PRIVATE = (_ATOMIC, _REGISTRY, _clear_rule_caches)

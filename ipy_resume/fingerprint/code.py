@@ -24,24 +24,26 @@ from typing import Any
 
 import xxhash
 
-from .containers import _c_dict
+from .containers import c_dict
 from .core import (
-    _EMPTY_CELL,
-    _HEAPTYPE,
-    _MISSING,
-    _NONE_DIGEST,
     CALL_MEMO,
     LIFE_MEMO,
     Fingerprinter,
     Handler,
     Rule,
     Unfingerprintable,
-    _type_name,
-    _u64,
-    _x,
     add_exact,
     add_provider,
+)
+from .primitives import (
+    EMPTY_CELL_DIGEST,
+    HEAPTYPE,
+    MISSING,
+    NONE_DIGEST,
     digest_bytes,
+    hash128,
+    pack_u64,
+    qualified_name,
 )
 
 # ---- versions ---------------------------------------------------------------------------------
@@ -158,7 +160,7 @@ def _metadata_version(top: str) -> str:
     return ",".join(sorted(found)) or "unknown"
 
 
-def _is_user_module(module: object) -> bool:
+def is_user_module(module: object) -> bool:
     # Code from __main__ (a notebook) or from a module we cannot version is fingerprinted by
     # what it is, not by name.
     return not isinstance(module, str) or module == "__main__" or module not in sys.modules
@@ -170,20 +172,20 @@ def _importable(obj: object, module: str, qualname: str) -> bool:
     A function or class made at run time (by a factory, or redefined under the same name) is
     not importable, so its name says nothing about what it is.
     """
-    target: object = sys.modules.get(module, _MISSING)
-    if target is _MISSING or "<" in qualname:
+    target: object = sys.modules.get(module, MISSING)
+    if target is MISSING or "<" in qualname:
         return False
     try:
         for part in qualname.split("."):
-            target = getattr(target, part, _MISSING)
-            if target is _MISSING:
+            target = getattr(target, part, MISSING)
+            if target is MISSING:
                 return False
     except Exception:
         return False
     return target is obj
 
 
-def _libref(tag: bytes, module: str, qualname: str) -> bytes:
+def libref(tag: bytes, module: str, qualname: str) -> bytes:
     return digest_bytes(
         tag,
         module.encode("utf-8", "surrogatepass"),
@@ -270,7 +272,7 @@ def _c_code(fp: Fingerprinter, co: types.CodeType) -> bytes:
     )
     return digest_bytes(
         b"code",
-        b"".join(_u64(n) for n in counts),
+        b"".join(pack_u64(n) for n in counts),
         co.co_code,
         getattr(co, "co_exceptiontable", b""),
         fp._digest(co.co_consts),
@@ -285,12 +287,12 @@ def _c_code(fp: Fingerprinter, co: types.CodeType) -> bytes:
 
 def _closure_digest(fp: Fingerprinter, fn: types.FunctionType) -> bytes:
     cells = fn.__closure__ or ()
-    out = bytearray(_u64(len(cells)))
+    out = bytearray(pack_u64(len(cells)))
     for cell in cells:
         try:
             contents = cell.cell_contents
         except ValueError:
-            out += _EMPTY_CELL
+            out += EMPTY_CELL_DIGEST
         else:
             out += fp._digest(contents)
     return bytes(out)
@@ -299,9 +301,9 @@ def _closure_digest(fp: Fingerprinter, fn: types.FunctionType) -> bytes:
 def _c_function(fp: Fingerprinter, fn: types.FunctionType) -> bytes:
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", fn.__name__)
-    if not _is_user_module(module):
+    if not is_user_module(module):
         assert isinstance(module, str)
-        ref = _libref(b"libfunction", module, qualname)
+        ref = libref(b"libfunction", module, qualname)
         if _importable(fn, module, qualname):
             return ref
         # A closure or lambda made by library code is not identified by its name alone:
@@ -328,11 +330,11 @@ def _c_function(fp: Fingerprinter, fn: types.FunctionType) -> bytes:
     # reads, changes its fingerprint.
     names, imports = _names_read(code)
     found = sorted(name for name in names if name in fn.__globals__)
-    parts.append(_u64(len(found)))
+    parts.append(pack_u64(len(found)))
     for name in found:
         parts += [name.encode("utf-8", "surrogatepass"), fp._digest(fn.__globals__[name])]
     modules = sorted(name for name in imports if name in sys.modules)
-    parts.append(_u64(len(modules)))
+    parts.append(pack_u64(len(modules)))
     for name in modules:
         parts += [name.encode(), fp._digest(sys.modules[name])]
     return digest_bytes(*parts)
@@ -357,11 +359,11 @@ _CLASS_SKIP = frozenset(
 def _c_class(fp: Fingerprinter, cls: type) -> bytes:
     module = getattr(cls, "__module__", None)
     qualname = getattr(cls, "__qualname__", cls.__name__)
-    if not _is_user_module(module):
+    if not is_user_module(module):
         assert isinstance(module, str)
         # Classes written in C cannot be redefined; Python classes must be importable by name.
-        if not cls.__flags__ & _HEAPTYPE or _importable(cls, module, qualname):
-            return _libref(b"libclass", module, qualname)
+        if not cls.__flags__ & HEAPTYPE or _importable(cls, module, qualname):
+            return libref(b"libclass", module, qualname)
     parts: list[bytes] = [
         b"class",
         str(qualname).encode("utf-8", "surrogatepass"),
@@ -395,12 +397,12 @@ def _c_method(fp: Fingerprinter, m: types.MethodType) -> bytes:
     func = m.__func__
     owner = type(m.__self__).__module__
     name = getattr(func, "__name__", None)
-    if not _is_user_module(owner) and _exported_as(m, owner, name):
+    if not is_user_module(owner) and _exported_as(m, owner, name):
         # A module-level alias of a library singleton's method: its state (a hidden RNG,
         # say) is not part of the function's identity.
         assert isinstance(owner, str) and isinstance(name, str)
-        return _libref(b"libmethod", owner, name)
-    return _x(b"method\0" + fp._digest(m.__self__) + fp._digest(func))
+        return libref(b"libmethod", owner, name)
+    return hash128(b"method\0" + fp._digest(m.__self__) + fp._digest(func))
 
 
 def _c_builtin_function(fp: Fingerprinter, f: Any) -> bytes:
@@ -411,12 +413,12 @@ def _c_builtin_function(fp: Fingerprinter, f: Any) -> bytes:
     if owner is None or isinstance(owner, types.ModuleType):
         if not isinstance(module, str):
             module = getattr(owner, "__name__", None) or "builtins"
-        return _libref(b"libbuiltin", module, qualname)
+        return libref(b"libbuiltin", module, qualname)
     owner_module = type(owner).__module__
     for candidate in (module, owner_module):
-        if not _is_user_module(candidate) and _exported_as(f, candidate, name):
+        if not is_user_module(candidate) and _exported_as(f, candidate, name):
             assert isinstance(candidate, str)
-            return _libref(b"libbuiltin", candidate, name)
+            return libref(b"libbuiltin", candidate, name)
     return digest_bytes(b"boundbuiltin", fp._digest(owner), str(qualname).encode())
 
 
@@ -431,18 +433,18 @@ def _c_descriptor(fp: Fingerprinter, d: Any) -> bytes:
 
 def _c_partial(fp: Fingerprinter, p: Any) -> bytes:
     extra = getattr(p, "__dict__", None)
-    return _x(
+    return hash128(
         b"partial\0"
         + fp._digest(type(p))
         + fp._digest(p.func)
         + fp._digest(p.args)
         + fp._digest(p.keywords)
-        + (_c_dict(fp, extra) if extra else _NONE_DIGEST)
+        + (c_dict(fp, extra) if extra else NONE_DIGEST)
     )
 
 
 def _c_property(fp: Fingerprinter, p: property) -> bytes:
-    return _x(
+    return hash128(
         b"property\0"
         + fp._digest(type(p))
         + fp._digest(p.fget)
@@ -453,20 +455,20 @@ def _c_property(fp: Fingerprinter, p: property) -> bytes:
 
 
 def _c_wrapper(fp: Fingerprinter, w: Any) -> bytes:
-    return _x(b"wrapper\0" + fp._digest(type(w)) + fp._digest(w.__func__))
+    return hash128(b"wrapper\0" + fp._digest(type(w)) + fp._digest(w.__func__))
 
 
 def _c_cached_property(fp: Fingerprinter, p: Any) -> bytes:
-    return _x(b"cached_property\0" + fp._digest(p.func) + fp._digest(p.attrname))
+    return hash128(b"cached_property\0" + fp._digest(p.func) + fp._digest(p.attrname))
 
 
 def _c_lru_cache(fp: Fingerprinter, w: Any) -> bytes:
-    return _x(b"lru_cache\0" + fp._digest(w.__wrapped__) + fp._digest(w.cache_parameters()))
+    return hash128(b"lru_cache\0" + fp._digest(w.__wrapped__) + fp._digest(w.cache_parameters()))
 
 
 def _unpicklable(kind: str) -> Handler:
     def handler(fp: Fingerprinter, value: Any) -> bytes:
-        raise Unfingerprintable(_type_name(type(value)), f"{kind} cannot be pickled")
+        raise Unfingerprintable(qualified_name(type(value)), f"{kind} cannot be pickled")
 
     return handler
 

@@ -13,59 +13,53 @@ import datetime
 import types
 from typing import Any
 
-from .core import (
-    _ATOMIC,
-    _MISSING,
-    _NONE_DIGEST,
-    CALL_MEMO,
-    Fingerprinter,
-    Handler,
-    Rule,
-    _a_bytearray,
-    _a_bytes,
-    _a_complex,
-    _a_float,
-    _a_int,
-    _a_str,
-    _x,
-    add_exact,
-    add_provider,
+from .core import CALL_MEMO, RESOLVED_ATOMIC, Fingerprinter, Handler, Rule, add_exact, add_provider
+from .primitives import (
+    MISSING,
+    NONE_DIGEST,
+    atomic_bytearray,
+    atomic_bytes,
+    atomic_complex,
+    atomic_float,
+    atomic_int,
+    atomic_str,
+    hash128,
 )
 
 # The loops below look up atomic values' rules themselves: it saves a call per item.
 
 
 def _c_list(fp: Fingerprinter, v: Any) -> bytes:
-    dg, atomic = fp._digest, _ATOMIC.get
+    dg, atomic = fp._digest, RESOLVED_ATOMIC.get
     buf = bytearray(b"list\0")
     for item in v:
         a = atomic(type(item))
         buf += dg(item) if a is None else a(item)
-    return _x(buf)
+    return hash128(buf)
 
 
-def _c_tuple(fp: Fingerprinter, v: Any) -> bytes:
-    dg, atomic = fp._digest, _ATOMIC.get
+def c_tuple(fp: Fingerprinter, v: Any) -> bytes:
+    dg, atomic = fp._digest, RESOLVED_ATOMIC.get
     buf = bytearray(b"tuple\0")
     for item in v:
         a = atomic(type(item))
         buf += dg(item) if a is None else a(item)
-    return _x(buf)
+    return hash128(buf)
 
 
-def _c_dict(fp: Fingerprinter, v: Any) -> bytes:
-    dg, atomic = fp._digest, _ATOMIC.get
+def c_dict(fp: Fingerprinter, v: Any) -> bytes:
+    dg, atomic = fp._digest, RESOLVED_ATOMIC.get
     pairs = []
     for key, value in dict.items(v):
         a = atomic(type(key))
         b = atomic(type(value))
         pairs.append((dg(key) if a is None else a(key)) + (dg(value) if b is None else b(value)))
     pairs.sort()
-    return _x(b"dict\0" + b"".join(pairs))
+    return hash128(b"dict\0" + b"".join(pairs))
 
 
 def _sorted_items(fp: Fingerprinter, v: Any) -> bytes:
-    dg, atomic = fp._digest, _ATOMIC.get
+    dg, atomic = fp._digest, RESOLVED_ATOMIC.get
     digests = []
     for item in v:
         a = atomic(type(item))
@@ -75,67 +69,67 @@ def _sorted_items(fp: Fingerprinter, v: Any) -> bytes:
 
 
 def _c_set(fp: Fingerprinter, v: Any) -> bytes:
-    return _x(b"set\0" + _sorted_items(fp, v))
+    return hash128(b"set\0" + _sorted_items(fp, v))
 
 
 def _c_frozenset(fp: Fingerprinter, v: Any) -> bytes:
-    return _x(b"frozenset\0" + _sorted_items(fp, v))
+    return hash128(b"frozenset\0" + _sorted_items(fp, v))
 
 
 def _c_ordereddict(fp: Fingerprinter, v: Any) -> bytes:
     # OrderedDict equality depends on order, so the digest does too.
-    return _x(b"OrderedDict\0" + fp._pairs(collections.OrderedDict.items(v), ordered=True))
+    return hash128(b"OrderedDict\0" + fp._pairs(collections.OrderedDict.items(v), ordered=True))
 
 
 def _c_defaultdict(fp: Fingerprinter, v: Any) -> bytes:
-    return _x(b"defaultdict\0" + fp._digest(v.default_factory) + fp._pairs(dict.items(v)))
+    return hash128(b"defaultdict\0" + fp._digest(v.default_factory) + fp._pairs(dict.items(v)))
 
 
 def _c_mappingproxy(fp: Fingerprinter, v: Any) -> bytes:
-    return _x(b"mappingproxy\0" + fp._pairs(v.items()))
+    return hash128(b"mappingproxy\0" + fp._pairs(v.items()))
 
 
 def _c_dict_keys(fp: Fingerprinter, v: Any) -> bytes:
-    return _x(b"dict_keys\0" + fp._unordered(v))
+    return hash128(b"dict_keys\0" + fp._unordered(v))
 
 
 def _c_dict_values(fp: Fingerprinter, v: Any) -> bytes:
-    return _x(b"dict_values\0" + fp._ordered(v))
+    return hash128(b"dict_values\0" + fp._ordered(v))
 
 
 def _c_dict_items(fp: Fingerprinter, v: Any) -> bytes:
-    return _x(b"dict_items\0" + fp._pairs(v))
+    return hash128(b"dict_items\0" + fp._pairs(v))
 
 
 def _c_slice(fp: Fingerprinter, v: slice) -> bytes:
-    return _x(b"slice\0" + fp._digest(v.start) + fp._digest(v.stop) + fp._digest(v.step))
+    return hash128(b"slice\0" + fp._digest(v.start) + fp._digest(v.stop) + fp._digest(v.step))
 
 
 def _c_datetime(fp: Fingerprinter, v: datetime.datetime) -> bytes:
     naive = v.replace(tzinfo=None).isoformat().encode()
-    return _x(b"datetime\0" + fp._digest(v.tzinfo) + bytes([v.fold]) + naive)
+    return hash128(b"datetime\0" + fp._digest(v.tzinfo) + bytes([v.fold]) + naive)
 
 
 def _c_time(fp: Fingerprinter, v: datetime.time) -> bytes:
     naive = v.replace(tzinfo=None).isoformat().encode()
-    return _x(b"time\0" + fp._digest(v.tzinfo) + bytes([v.fold]) + naive)
+    return hash128(b"time\0" + fp._digest(v.tzinfo) + bytes([v.fold]) + naive)
 
 
 def _c_union(fp: Fingerprinter, v: Any) -> bytes:
     # int | str == str | int
-    return _x(b"union\0" + fp._unordered(v.__args__))
+    return hash128(b"union\0" + fp._unordered(v.__args__))
 
 
 _BASE_CONTENT: dict[type, Handler] = {
-    int: lambda fp, v: _a_int(v),
-    float: lambda fp, v: _a_float(v),
-    complex: lambda fp, v: _a_complex(complex(v.real, v.imag)),
-    str: lambda fp, v: _a_str(v),
-    bytes: lambda fp, v: _a_bytes(v),
-    bytearray: lambda fp, v: _a_bytearray(v),
+    int: lambda fp, v: atomic_int(v),
+    float: lambda fp, v: atomic_float(v),
+    complex: lambda fp, v: atomic_complex(complex(v.real, v.imag)),
+    str: lambda fp, v: atomic_str(v),
+    bytes: lambda fp, v: atomic_bytes(v),
+    bytearray: lambda fp, v: atomic_bytearray(v),
     list: _c_list,
-    tuple: _c_tuple,
-    dict: _c_dict,
+    tuple: c_tuple,
+    dict: c_dict,
     set: _c_set,
     frozenset: _c_frozenset,
     collections.OrderedDict: _c_ordereddict,
@@ -144,7 +138,7 @@ _BASE_CONTENT: dict[type, Handler] = {
 _BUILTIN_BASES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
 
 
-def _instance_state(v: Any) -> dict[str, Any] | None:
+def instance_state(v: Any) -> dict[str, Any] | None:
     """``__dict__`` and ``__slots__`` values of an instance, or None if it has neither."""
     state: dict[str, Any] = {}
     d = getattr(v, "__dict__", None)
@@ -158,8 +152,8 @@ def _instance_state(v: Any) -> dict[str, Any] | None:
             if name in ("__dict__", "__weakref__"):
                 continue
             attr = f"_{klass.__name__.lstrip('_')}{name}" if name.startswith("__") else name
-            value = getattr(v, attr, _MISSING)
-            if value is not _MISSING:
+            value = getattr(v, attr, MISSING)
+            if value is not MISSING:
                 state[f"slot:{attr}"] = value
     return state or None
 
@@ -167,9 +161,9 @@ def _instance_state(v: Any) -> dict[str, Any] | None:
 def _c_builtin_subclass(fp: Fingerprinter, v: Any) -> bytes:
     t = type(v)
     content = next(_BASE_CONTENT[k] for k in t.__mro__ if k in _BASE_CONTENT)
-    state = _instance_state(v)
-    state_digest = _NONE_DIGEST if state is None else _c_dict(fp, state)
-    return _x(b"subclass\0" + fp._digest(t) + content(fp, v) + state_digest)
+    state = instance_state(v)
+    state_digest = NONE_DIGEST if state is None else c_dict(fp, state)
+    return hash128(b"subclass\0" + fp._digest(t) + content(fp, v) + state_digest)
 
 
 def _builtin_subclass_rule(t: type) -> Rule | None:
@@ -181,8 +175,8 @@ def _builtin_subclass_rule(t: type) -> Rule | None:
 add_exact(
     {
         list: (_c_list, CALL_MEMO),
-        tuple: (_c_tuple, CALL_MEMO),
-        dict: (_c_dict, CALL_MEMO),
+        tuple: (c_tuple, CALL_MEMO),
+        dict: (c_dict, CALL_MEMO),
         set: (_c_set, CALL_MEMO),
         frozenset: (_c_frozenset, CALL_MEMO),
         collections.OrderedDict: (_c_ordereddict, CALL_MEMO),

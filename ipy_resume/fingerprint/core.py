@@ -38,36 +38,29 @@ more run of the members' handlers.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import decimal
-import fractions
 import math
 import os
-import pathlib
-import struct
 import sys
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import xxhash
+from .primitives import (
+    EXACT_ATOMIC,
+    HEAPTYPE,
+    Atomic,
+    digest_bytes,
+    exception_reason,
+    hash128,
+    pack_u64,
+    qualified_name,
+)
 
 Callback = Callable[["Fingerprinter", Any], "bytes | Iterable[bytes | memoryview]"]
-Atomic = Callable[[Any], bytes]
 Handler = Callable[["Fingerprinter", Any], bytes]
 Rule = Atomic | tuple[Handler, int]
 Provider = Callable[[type], "Rule | None"]
-
-_x = xxhash.xxh3_128_digest
-_u64 = struct.Struct("<Q").pack
-_f64 = struct.Struct("<d").pack
-_q3 = struct.Struct("<qqq").pack
-
-# Bodies above this size are fed to a streaming hasher instead of being concatenated: the
-# digest is the same, but a 1 GB bytes value does not cost another 1 GB.
-_STREAM_MIN = 1 << 20
 
 # Nesting depth costs two or three frames per level.  From Python 3.11 on, calls between
 # Python functions use no C stack, so the recursion limit can safely be raised while digesting.
@@ -79,8 +72,6 @@ _RECURSION_LIMIT = 12_000 if sys.version_info >= (3, 11) else 0
 #: compatibility and treated as ``CALL_MEMO``: every composite is computed once per call.
 NO_MEMO, CALL_MEMO, LIFE_MEMO = 0, 1, 2
 _INF = sys.maxsize
-_MISSING = object()
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes created at run time, which may be collected
 #: The memo key of an object: its address, as ``object.__hash__`` gives it (the address
 #: rotated, so unique among live objects, whatever the class defines). Not ``id()``: id
 #: raises an audit event, and once any audit hook is installed (ipy_resume's record of
@@ -147,176 +138,10 @@ class Unfingerprintable(Exception):
         return (type(self), (self.type_name, self.reason))
 
 
-def digest_bytes(*parts: bytes | bytearray | memoryview) -> bytes:
-    """Return the 16-byte ``xxh3_128`` digest of length-prefixed *parts*.
-
-    Each part is preceded by its length, so ``(b"ab", b"c")`` and ``(b"a", b"bc")`` differ.
-    Large contiguous buffers are hashed in place, without a copy.
-
-    >>> digest_bytes(b"ab", b"c") != digest_bytes(b"a", b"bc")
-    True
-    >>> len(digest_bytes(b"key=", memoryview(b"value")))
-    16
-    """
-    buf = bytearray()
-    hasher = None
-    for part in parts:
-        if isinstance(part, memoryview):
-            if not part.c_contiguous:
-                part = part.tobytes()
-            size = part.nbytes if isinstance(part, memoryview) else len(part)
-        else:
-            size = len(part)
-        buf += _u64(size)
-        if size >= _STREAM_MIN:
-            if hasher is None:
-                hasher = xxhash.xxh3_128()
-            hasher.update(buf)
-            buf.clear()
-            hasher.update(part)
-        else:
-            buf += part
-    if hasher is None:
-        return _x(buf)
-    hasher.update(buf)
-    return hasher.digest()
-
-
-def _tagged(tag: bytes, body: bytes | bytearray) -> bytes:
-    """Digest of ``tag + body``; *tag* ends in a NUL byte."""
-    if len(body) < _STREAM_MIN:
-        return _x(tag + body)
-    hasher = xxhash.xxh3_128(tag)
-    hasher.update(body)
-    return hasher.digest()
-
-
-def _type_name(t: type) -> str:
-    module = getattr(t, "__module__", None)
-    qualname = getattr(t, "__qualname__", None) or getattr(t, "__name__", "?")
-    if module in (None, "builtins"):
-        return str(qualname)
-    return f"{module}.{qualname}"
-
-
-def _reason(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-# ---- atomic values: no references to other objects -------------------------------------------
-
-_NAN_BYTES = b"\x00\x00\x00\x00\x00\x00\xf8\x7f"
-
-
-def _f64_bytes(v: float) -> bytes:
-    return _NAN_BYTES if math.isnan(v) else _f64(v)
-
-
-def _a_int(v: int) -> bytes:
-    return _x(b"int\0" + int.to_bytes(v, (int.bit_length(v) + 8) >> 3, "little", signed=True))
-
-
-def _a_float(v: float) -> bytes:
-    return _x(b"float\0" + _f64_bytes(v))
-
-
-def _a_complex(v: complex) -> bytes:
-    return _x(b"complex\0" + _f64_bytes(v.real) + _f64_bytes(v.imag))
-
-
-def _a_str(v: str) -> bytes:
-    data = str.encode(v, "utf-8", "surrogatepass")
-    if len(data) < _STREAM_MIN:
-        return _x(b"str\0" + data)
-    return _tagged(b"str\0", data)
-
-
-def _a_bytes(v: bytes) -> bytes:
-    return _tagged(b"bytes\0", v)
-
-
-def _a_bytearray(v: bytearray) -> bytes:
-    return _tagged(b"bytearray\0", v)
-
-
-def _a_memoryview(v: memoryview) -> bytes:
-    head = digest_bytes(v.format.encode(), b"".join(_u64(n) for n in v.shape or ()))
-    hasher = xxhash.xxh3_128(b"memoryview\0" + head)
-    hasher.update(v if v.c_contiguous else v.tobytes())
-    return hasher.digest()
-
-
-def _a_range(v: range) -> bytes:
-    return _x(b"range\0" + _a_int(v.start) + _a_int(v.stop) + _a_int(v.step))
-
-
-def _a_decimal(v: decimal.Decimal) -> bytes:
-    return _x(b"decimal\0" + str(v).encode())
-
-
-def _a_fraction(v: fractions.Fraction) -> bytes:
-    return _x(b"fraction\0" + _a_int(v.numerator) + _a_int(v.denominator))
-
-
-def _a_date(v: datetime.date) -> bytes:
-    return _x(b"date\0" + v.isoformat().encode())
-
-
-def _a_timedelta(v: datetime.timedelta) -> bytes:
-    return _x(b"timedelta\0" + _q3(v.days, v.seconds, v.microseconds))
-
-
-def _a_uuid(v: uuid.UUID) -> bytes:
-    return _x(b"uuid\0" + v.bytes)
-
-
-def _a_path(v: pathlib.PurePath) -> bytes:
-    return digest_bytes(
-        b"path", type(v).__qualname__.encode(), str(v).encode("utf-8", "surrogatepass")
-    )
-
-
-def _constant(name: bytes) -> Atomic:
-    value = _x(b"const\0" + name)
-    return lambda _: value
-
-
-_NONE_DIGEST = _x(b"const\0None")
-_TRUE_DIGEST = _x(b"bool\0\x01")
-_FALSE_DIGEST = _x(b"bool\0\x00")
-_EMPTY_CELL = _x(b"const\0empty-cell")
-
-_EXACT_ATOMIC: dict[type, Atomic] = {
-    type(None): lambda _: _NONE_DIGEST,
-    bool: lambda v: _TRUE_DIGEST if v else _FALSE_DIGEST,
-    int: _a_int,
-    float: _a_float,
-    complex: _a_complex,
-    str: _a_str,
-    bytes: _a_bytes,
-    bytearray: _a_bytearray,
-    memoryview: _a_memoryview,
-    range: _a_range,
-    type(...): _constant(b"Ellipsis"),
-    type(NotImplemented): _constant(b"NotImplemented"),
-    decimal.Decimal: _a_decimal,
-    fractions.Fraction: _a_fraction,
-    datetime.date: _a_date,
-    datetime.timedelta: _a_timedelta,
-    uuid.UUID: _a_uuid,
-    pathlib.PurePosixPath: _a_path,
-    pathlib.PureWindowsPath: _a_path,
-    pathlib.PosixPath: _a_path,
-    pathlib.WindowsPath: _a_path,
-}
-
-
 # ---- aliases ---------------------------------------------------------------------------------
 
 # restored digest -> saved digest; read on every composite, written rarely (GIL-atomic dict ops)
-_ALIASES: dict[bytes, bytes] = {}
+ALIASES: dict[bytes, bytes] = {}
 
 
 def register_alias(restored: bytes, saved: bytes) -> None:
@@ -340,7 +165,7 @@ def register_alias(restored: bytes, saved: bytes) -> None:
     if len(restored) != 16 or len(saved) != 16:
         raise ValueError("register_alias() needs 16-byte digests")
     if restored != saved:
-        _ALIASES[restored] = saved
+        ALIASES[restored] = saved
 
 
 def clear_aliases() -> None:
@@ -348,13 +173,13 @@ def clear_aliases() -> None:
 
     >>> clear_aliases()
     """
-    _ALIASES.clear()
+    ALIASES.clear()
 
 
 # ---- the fingerprinter ------------------------------------------------------------------------
 
 # What a member of an unfinished component stands for in its referrers' first digests.
-_PENDING = _x(b"scc-pending\0")
+_PENDING = hash128(b"scc-pending\0")
 
 
 class Fingerprinter:
@@ -443,7 +268,7 @@ class Fingerprinter:
             self._count = 0
             self._next_check = min(_CHECK_EVERY, self._max_objects + 1)
             self._deadline = time.monotonic() + self._max_seconds
-            self._top_name = _type_name(type(value))
+            self._top_name = qualified_name(type(value))
         self._active += 1
         try:
             result = self._digest(value)
@@ -453,9 +278,9 @@ class Fingerprinter:
         except Unfingerprintable:
             raise
         except RecursionError as exc:
-            raise Unfingerprintable(_type_name(type(value)), "it is nested too deeply") from exc
+            raise Unfingerprintable(qualified_name(type(value)), "it is nested too deeply") from exc
         except Exception as exc:
-            raise Unfingerprintable(_type_name(type(value)), _reason(exc)) from exc
+            raise Unfingerprintable(qualified_name(type(value)), exception_reason(exc)) from exc
         finally:
             self._active -= 1
             if top:
@@ -492,8 +317,8 @@ class Fingerprinter:
             for key, obj in list(self._attached.items()):
                 if key not in done:
                     done[key] = self._digest(obj)  # may attach more: the loop goes on
-        final = _x(b"attached\0" + result + b"".join(sorted(done.values())))
-        return _ALIASES.get(final, final) if _ALIASES else final
+        final = hash128(b"attached\0" + result + b"".join(sorted(done.values())))
+        return ALIASES.get(final, final) if ALIASES else final
 
     def _check_budget(self) -> None:
         if self._count > self._max_objects:
@@ -516,12 +341,12 @@ class Fingerprinter:
         # The hot path.  One frame per nesting level on this path (plus the handler's): deep
         # structures must fit in the recursion limit.
         t = type(value)
-        atomic = _ATOMIC.get(t)
+        atomic = RESOLVED_ATOMIC.get(t)
         if atomic is not None:
             return atomic(value)
         entry = _COMPOSITE.get(t)
         if entry is None:
-            entry = _HEAP_DATA.get(_weakref(t)) if t.__flags__ & _HEAPTYPE else None
+            entry = _HEAP_DATA.get(_weakref(t)) if t.__flags__ & HEAPTYPE else None
             if entry is None:
                 resolved = _resolve(t)
                 if not isinstance(resolved, tuple):
@@ -571,8 +396,8 @@ class Fingerprinter:
                 objs.pop()
                 self._entries.pop()
                 if not self._refining:
-                    if _ALIASES:
-                        result = _ALIASES.get(result, result)
+                    if ALIASES:
+                        result = ALIASES.get(result, result)
                     if life:
                         self._life[vid] = result
                         self._life_keep.append(value)
@@ -585,8 +410,8 @@ class Fingerprinter:
             if isinstance(exc, Unfingerprintable) or not isinstance(exc, Exception):
                 raise
             if isinstance(exc, RecursionError):
-                raise Unfingerprintable(_type_name(t), "it is nested too deeply") from exc
-            raise Unfingerprintable(_type_name(t), _reason(exc)) from exc
+                raise Unfingerprintable(qualified_name(t), "it is nested too deeply") from exc
+            raise Unfingerprintable(qualified_name(t), exception_reason(exc)) from exc
 
     def _abandon(self, start: int, outer_low: int) -> None:
         """Forget the unfinished objects from position *start* on, after an error."""
@@ -620,7 +445,7 @@ class Fingerprinter:
                     self._count += 1
                     if self._count >= self._next_check:
                         self._check_budget()
-                    fresh.append(_x(b"scc-round\0" + color + entry[0](self, member)))
+                    fresh.append(hash128(b"scc-round\0" + color + entry[0](self, member)))
                 table.update(zip(ids, fresh, strict=True))
                 colors = fresh
                 count = len(set(fresh))
@@ -631,8 +456,8 @@ class Fingerprinter:
             if stable:
                 # The colour set describes the quotient graph: which classes exist and, for
                 # each, its contents and its children's classes.
-                shape = _x(b"scc-classes\0" + b"".join(sorted(set(colors))))
-                finals = [_x(b"scc\0" + shape + color) for color in colors]
+                shape = hash128(b"scc-classes\0" + b"".join(sorted(set(colors))))
+                finals = [hash128(b"scc\0" + shape + color) for color in colors]
             else:
                 finals = self._number_members(members, entries, ids, colors, table)
         finally:
@@ -652,8 +477,8 @@ class Fingerprinter:
             )
             for i, (member, entry) in enumerate(zip(members, entries, strict=True)):
                 digest = finals[i]
-                if _ALIASES:
-                    digest = finals[i] = _ALIASES.get(digest, digest)
+                if ALIASES:
+                    digest = finals[i] = ALIASES.get(digest, digest)
                 if entry[1] == LIFE_MEMO:
                     life[ids[i]] = digest
                     life_keep.append(member)
@@ -679,15 +504,15 @@ class Fingerprinter:
         rank = [0] * len(members)
         for r, i in enumerate(order):
             rank[i] = r
-            table[ids[i]] = _x(b"scc-member\0" + _u64(r))
+            table[ids[i]] = hash128(b"scc-member\0" + pack_u64(r))
         bodies: list[bytes] = [b""] * len(members)
         for i in order:
             self._count += 1
             if self._count >= self._next_check:
                 self._check_budget()
             bodies[rank[i]] = entries[i][0](self, members[i])
-        shape = _x(b"scc-members\0" + b"".join(bodies))
-        return [_x(b"scc-numbered\0" + shape + _u64(rank[i])) for i in range(len(members))]
+        shape = hash128(b"scc-members\0" + b"".join(bodies))
+        return [hash128(b"scc-numbered\0" + shape + pack_u64(rank[i])) for i in range(len(members))]
 
     # Helpers for handlers.  They loop instead of using comprehensions, which are extra
     # frames before Python 3.12.
@@ -698,7 +523,7 @@ class Fingerprinter:
         buf = bytearray()
         for item in items:
             buf += dg(item)
-        return _x(buf)
+        return hash128(buf)
 
     def _unordered(self, items: Iterable[Any]) -> bytes:
         """Digest of the sorted digests of *items*."""
@@ -707,7 +532,7 @@ class Fingerprinter:
         for item in items:
             digests.append(dg(item))
         digests.sort()
-        return _x(b"".join(digests))
+        return hash128(b"".join(digests))
 
     def _pairs(self, items: Iterable[tuple[Any, Any]], *, ordered: bool = False) -> bytes:
         """Digest of the (key, value) digest pairs of *items*, sorted unless *ordered*."""
@@ -717,14 +542,14 @@ class Fingerprinter:
             pairs.append(dg(key) + dg(value))
         if not ordered:
             pairs.sort()
-        return _x(b"".join(pairs))
+        return hash128(b"".join(pairs))
 
 
 # ---- registry and type resolution -------------------------------------------------------------
 
 _REGISTRY: dict[type, Callback] = {}
 # resolved rules, by exact type
-_ATOMIC: dict[type, Atomic] = {}
+RESOLVED_ATOMIC: dict[type, Atomic] = {}
 _COMPOSITE: dict[type, tuple[Handler, int]] = {}
 _HEAP: weakref.WeakKeyDictionary[type, tuple[Handler, int]] = weakref.WeakKeyDictionary()
 # Its dict keyed by weak references: a lookup through it stays in C (WeakKeyDictionary.get is
@@ -732,7 +557,7 @@ _HEAP: weakref.WeakKeyDictionary[type, tuple[Handler, int]] = weakref.WeakKeyDic
 _HEAP_DATA: dict[weakref.ref[type], tuple[Handler, int]] = _HEAP.data  # type: ignore[attr-defined]
 _weakref = weakref.ref
 # rule sources
-_EXACT: dict[type, Rule] = dict(_EXACT_ATOMIC)
+_EXACT: dict[type, Rule] = dict(EXACT_ATOMIC)
 _PROVIDERS: list[tuple[int, str | None, Provider]] = []
 
 
@@ -784,7 +609,7 @@ def add_provider(provider: Provider, *, order: int, requires: str | None = None)
 
 
 def _clear_rule_caches() -> None:
-    _ATOMIC.clear()
+    RESOLVED_ATOMIC.clear()
     _COMPOSITE.clear()
     _HEAP.clear()
 
@@ -802,7 +627,7 @@ def _registered(fn: Callback) -> Handler:
                     raise TypeError(
                         f"registered fingerprint returned {type(part).__name__}, not bytes"
                     )
-        return digest_bytes(b"registered", _type_name(type(value)).encode(), *parts)
+        return digest_bytes(b"registered", qualified_name(type(value)).encode(), *parts)
 
     return handler
 
@@ -811,12 +636,12 @@ def _resolve(t: type) -> Rule:
     """Find and cache the rule for exact type *t*."""
     result = _find_rule(t)
     if isinstance(result, tuple):
-        if t.__flags__ & _HEAPTYPE:
+        if t.__flags__ & HEAPTYPE:
             _HEAP[t] = result
         else:
             _COMPOSITE[t] = result
     else:
-        _ATOMIC[t] = result
+        RESOLVED_ATOMIC[t] = result
     return result
 
 
@@ -834,7 +659,7 @@ def _find_rule(t: type) -> Rule:
             rule = provider(t)
             if rule is not None:
                 return rule
-    raise TypeError(f"no fingerprint rule for {_type_name(t)}")  # the fallback provider is last
+    raise TypeError(f"no fingerprint rule for {qualified_name(t)}")  # the fallback provider is last
 
 
 def fingerprint(value: object) -> bytes:

@@ -15,17 +15,10 @@ from typing import Any
 
 import xxhash
 
-from .containers import _c_dict, _instance_state
-from .core import (
-    _NONE_DIGEST,
-    CALL_MEMO,
-    Fingerprinter,
-    Rule,
-    _u64,
-    _x,
-    add_provider,
-)
-from .reduce import _c_reduce
+from .containers import c_dict, instance_state
+from .core import CALL_MEMO, Fingerprinter, Rule, add_provider
+from .primitives import NONE_DIGEST, hash128, pack_u64
+from .reduce import c_reduce
 
 # Strided arrays are copied to contiguous memory this many bytes at a time.
 _CHUNK_BYTES = 16 << 20
@@ -75,7 +68,7 @@ _SHAPES_MAX = 10_000
 
 
 def small_array_digest(arr: Any) -> bytes | None:
-    """:func:`_c_ndarray`'s digest of a small C-contiguous array of raw values, else None.
+    """:func:`c_ndarray`'s digest of a small C-contiguous array of raw values, else None.
 
     Such an array refers to no other object, so a caller may digest it inline, like an atomic
     value, without the fingerprinter's bookkeeping.
@@ -85,7 +78,7 @@ def small_array_digest(arr: Any) -> bytes | None:
     if cached is None:
         if dt.fields is not None or dt.subdtype is not None:
             return None
-        token = None if dt.hasobject or dt.kind not in _RAW_KINDS else _x(_dtype_token(dt))
+        token = None if dt.hasobject or dt.kind not in _RAW_KINDS else hash128(_dtype_token(dt))
         if len(_DTYPE_HEADS) < _DTYPE_HEADS_MAX:
             _DTYPE_HEADS[id(dt)] = (dt, token)
     else:
@@ -95,22 +88,22 @@ def small_array_digest(arr: Any) -> bytes | None:
     shape = arr.shape
     dims = _SHAPES.get(shape)
     if dims is None:
-        dims = _u64(len(shape)) + b"".join(map(_u64, shape))
+        dims = pack_u64(len(shape)) + b"".join(map(pack_u64, shape))
         if len(_SHAPES) < _SHAPES_MAX:
             _SHAPES[shape] = dims
-    return _x(b"ndarray\0" + token + dims + b"C" + arr.tobytes())
+    return hash128(b"ndarray\0" + token + dims + b"C" + arr.tobytes())
 
 
-def _c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
+def c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
     import numpy as np
 
     small = small_array_digest(arr)
     if small is not None:
         return small
     dt = arr.dtype
-    head = _x(_dtype_token(dt)) + _u64(arr.ndim) + b"".join(_u64(n) for n in arr.shape)
+    head = hash128(_dtype_token(dt)) + pack_u64(arr.ndim) + b"".join(pack_u64(n) for n in arr.shape)
     if dt.hasobject or dt.kind not in _RAW_KINDS:
-        return _x(b"ndarray-items\0" + head + fp._ordered(arr.flat))
+        return hash128(b"ndarray-items\0" + head + fp._ordered(arr.flat))
     chunks: Iterable[Any]
     if arr.flags.c_contiguous:
         order, chunks = b"C", (arr,)
@@ -130,12 +123,12 @@ def _c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
 def _c_ndarray_subclass(fp: Fingerprinter, arr: Any) -> bytes:
     import numpy as np
 
-    state = _instance_state(arr)
-    return _x(
+    state = instance_state(arr)
+    return hash128(
         b"ndarray-subclass\0"
         + fp._digest(type(arr))
-        + _c_ndarray(fp, arr.view(np.ndarray))
-        + (_NONE_DIGEST if state is None else _c_dict(fp, state))
+        + c_ndarray(fp, arr.view(np.ndarray))
+        + (NONE_DIGEST if state is None else c_dict(fp, state))
     )
 
 
@@ -143,10 +136,10 @@ def _c_masked_array(fp: Fingerprinter, arr: Any) -> bytes:
     import numpy as np
 
     ma = sys.modules["numpy.ma"]
-    return _x(
+    return hash128(
         b"masked-array\0"
         + fp._digest(type(arr))
-        + _c_ndarray(fp, arr.view(np.ndarray))
+        + c_ndarray(fp, arr.view(np.ndarray))
         + fp._digest(ma.getmask(arr))
         + fp._digest(arr.fill_value)
         + fp._digest(bool(arr.hardmask))
@@ -161,36 +154,38 @@ def _a_numpy_scalar(v: Any) -> bytes:
     # for these kinds dtype.str is the whole token
     token = _SCALAR_TOKENS.get(dt.str) if dt.kind in _RAW_KINDS else None
     if token is None:
-        token = _x(_dtype_token(dt))
+        token = hash128(_dtype_token(dt))
         if dt.kind in _RAW_KINDS and dt.fields is None and dt.subdtype is None:
             _SCALAR_TOKENS[dt.str] = token
-    return _x(b"npscalar\0" + token + v.tobytes())
+    return hash128(b"npscalar\0" + token + v.tobytes())
 
 
 def _c_numpy_void(fp: Fingerprinter, v: Any) -> bytes:
-    token = _x(_dtype_token(v.dtype))
+    token = hash128(_dtype_token(v.dtype))
     if v.dtype.hasobject:
-        return _x(b"npvoid-items\0" + token + fp._digest(v.item()))
-    return _x(b"npscalar\0" + token + v.tobytes())
+        return hash128(b"npvoid-items\0" + token + fp._digest(v.item()))
+    return hash128(b"npscalar\0" + token + v.tobytes())
 
 
 def _c_np_generator(fp: Fingerprinter, g: Any) -> bytes:
-    return _x(b"np.Generator\0" + fp._digest(type(g)) + fp._digest(g.bit_generator))
+    return hash128(b"np.Generator\0" + fp._digest(type(g)) + fp._digest(g.bit_generator))
 
 
 def _c_np_bit_generator(fp: Fingerprinter, bg: Any) -> bytes:
     seed_seq = getattr(bg, "seed_seq", getattr(bg, "_seed_seq", None))
-    return _x(
+    return hash128(
         b"np.BitGenerator\0" + fp._digest(type(bg)) + fp._digest(bg.state) + fp._digest(seed_seq)
     )
 
 
 def _c_np_random_state(fp: Fingerprinter, rs: Any) -> bytes:
-    return _x(b"np.RandomState\0" + fp._digest(type(rs)) + fp._digest(rs.get_state(legacy=False)))
+    return hash128(
+        b"np.RandomState\0" + fp._digest(type(rs)) + fp._digest(rs.get_state(legacy=False))
+    )
 
 
 def _c_np_seed_sequence(fp: Fingerprinter, s: Any) -> bytes:
-    return _x(
+    return hash128(
         b"np.SeedSequence\0"
         + fp._digest(type(s))
         + fp._digest(s.entropy)
@@ -207,11 +202,11 @@ def _numpy_rule(t: type) -> Rule | None:
     ndarray = getattr(np, "ndarray", None)
     if ndarray is not None and issubclass(t, ndarray):
         if t is ndarray or issubclass(t, np.memmap):
-            return (_c_ndarray, CALL_MEMO)
+            return (c_ndarray, CALL_MEMO)
         ma = sys.modules.get("numpy.ma")
         masked = getattr(ma, "masked", None)
         if masked is not None and issubclass(t, type(masked)):
-            return (_c_reduce, CALL_MEMO)
+            return (c_reduce, CALL_MEMO)
         masked_array = getattr(ma, "MaskedArray", None)
         if masked_array is not None and issubclass(t, masked_array):
             return (_c_masked_array, CALL_MEMO)

@@ -11,8 +11,9 @@ from typing import Any
 
 import xxhash
 
-from .core import CALL_MEMO, Fingerprinter, Handler, _a_int, _u64, _x, add_provider
-from .numpy_rules import _c_ndarray
+from .core import CALL_MEMO, Fingerprinter, Handler, add_provider
+from .numpy_rules import c_ndarray
+from .primitives import atomic_int, hash128, pack_u64
 
 # Strings joined per piece: bounds the text copied at once for a column of long documents.
 _JOIN_CHUNK = 16_384
@@ -25,7 +26,7 @@ def _joined_strings(items: list[Any]) -> bytes | None:
     one count of the separators proves (else the caller falls back to hashing element by element).
     The digest is that of the whole joined text, however it is cut into pieces.
     """
-    hasher = xxhash.xxh3_128(b"strings.joined\0" + _u64(len(items)))
+    hasher = xxhash.xxh3_128(b"strings.joined\0" + pack_u64(len(items)))
     for start in range(0, len(items), _JOIN_CHUNK):
         piece = items[start : start + _JOIN_CHUNK]
         try:
@@ -48,7 +49,7 @@ def _pd_object_values(fp: Fingerprinter, arr: Any) -> bytes:
     if arr.ndim == 1:
         joined = _joined_strings(arr.tolist())
         if joined is not None:
-            return _x(b"pd.strings\0" + joined)
+            return hash128(b"pd.strings\0" + joined)
         try:
             mask = np.asarray(pd.isna(arr), dtype=bool)
         except Exception:
@@ -60,8 +61,8 @@ def _pd_object_values(fp: Fingerprinter, arr: Any) -> bytes:
             joined = _joined_strings(arr[~mask].tolist()) if len(kinds) == 1 else None
             if joined is not None:
                 kind = fp._digest(kinds.pop())
-                return _x(b"pd.strings.masked\0" + kind + _c_ndarray(fp, mask) + joined)
-    return _c_ndarray(fp, arr)
+                return hash128(b"pd.strings.masked\0" + kind + c_ndarray(fp, mask) + joined)
+    return c_ndarray(fp, arr)
 
 
 def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
@@ -72,22 +73,22 @@ def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
     if isinstance(values, np.ndarray):
         if values.dtype.hasobject:
             return _pd_object_values(fp, values)
-        return _c_ndarray(fp, values)
+        return c_ndarray(fp, values)
     numpy_backed = getattr(pd.arrays, "NumpyExtensionArray", None) or pd.arrays.PandasArray
     if isinstance(values, numpy_backed):
         return _pd_values(fp, values.to_numpy())
     dtype = values.dtype
     if isinstance(values, pd.Categorical):
-        return _x(
+        return hash128(
             b"pd.Categorical\0"
             + fp._digest(values.categories)
             + (b"\1" if values.ordered else b"\0")
-            + _c_ndarray(fp, np.asarray(values.codes))
+            + c_ndarray(fp, np.asarray(values.codes))
         )
-    token = _x(str(dtype).encode("utf-8", "surrogatepass"))
+    token = hash128(str(dtype).encode("utf-8", "surrogatepass"))
     asi8 = getattr(values, "asi8", None)
     if isinstance(asi8, np.ndarray):
-        return _x(b"pd.datetimelike\0" + token + _c_ndarray(fp, asi8))
+        return hash128(b"pd.datetimelike\0" + token + c_ndarray(fp, asi8))
     data, mask = getattr(values, "_data", None), getattr(values, "_mask", None)
     if (
         isinstance(data, np.ndarray)
@@ -99,14 +100,14 @@ def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
         if mask.any():
             # what sits under the mask is arbitrary
             data = np.where(mask, np.zeros((), dtype=data.dtype), data)
-        return _x(b"pd.masked\0" + token + _c_ndarray(fp, data) + _c_ndarray(fp, mask))
+        return hash128(b"pd.masked\0" + token + c_ndarray(fp, data) + c_ndarray(fp, mask))
     if isinstance(dtype, pd.StringDtype):
         # The python-backed StringArray keeps its object ndarray; others convert (a copy).
         raw = getattr(values, "_ndarray", None)
         if not (isinstance(raw, np.ndarray) and raw.dtype.hasobject):
             raw = values.to_numpy(dtype=object)
-        return _x(b"pd.string\0" + token + _pd_object_values(fp, raw))
-    return _x(b"pd.extension\0" + token + fp._ordered(values))
+        return hash128(b"pd.string\0" + token + _pd_object_values(fp, raw))
+    return hash128(b"pd.extension\0" + token + fp._ordered(values))
 
 
 def _c_pd_index(fp: Fingerprinter, idx: Any) -> bytes:
@@ -117,17 +118,17 @@ def _c_pd_index(fp: Fingerprinter, idx: Any) -> bytes:
         import numpy as np
 
         levels = fp._ordered(idx.levels)
-        codes = b"".join(_c_ndarray(fp, np.asarray(c)) for c in idx.codes)
-        return _x(b"pd.MultiIndex\0" + kind + names + levels + codes)
+        codes = b"".join(c_ndarray(fp, np.asarray(c)) for c in idx.codes)
+        return hash128(b"pd.MultiIndex\0" + kind + names + levels + codes)
     if isinstance(idx, pd.RangeIndex):
-        bounds = _a_int(idx.start) + _a_int(idx.stop) + _a_int(idx.step)
-        return _x(b"pd.RangeIndex\0" + kind + names + bounds)
+        bounds = atomic_int(idx.start) + atomic_int(idx.stop) + atomic_int(idx.step)
+        return hash128(b"pd.RangeIndex\0" + kind + names + bounds)
     freq = fp._digest(getattr(idx, "freqstr", None))
-    return _x(b"pd.Index\0" + kind + names + freq + _pd_values(fp, idx.array))
+    return hash128(b"pd.Index\0" + kind + names + freq + _pd_values(fp, idx.array))
 
 
 def _c_pd_series(fp: Fingerprinter, s: Any) -> bytes:
-    return _x(
+    return hash128(
         b"pd.Series\0"
         + fp._digest(type(s))
         + fp._digest(s.name)
@@ -148,11 +149,11 @@ def _c_pd_frame(fp: Fingerprinter, df: Any) -> bytes:
     columns = df.iloc
     for i in range(df.shape[1]):
         parts.append(_pd_values(fp, columns[:, i].array))
-    return _x(b"".join(parts))
+    return hash128(b"".join(parts))
 
 
 def _c_pd_array(fp: Fingerprinter, arr: Any) -> bytes:
-    return _x(b"pd.array\0" + fp._digest(type(arr)) + _pd_values(fp, arr))
+    return hash128(b"pd.array\0" + fp._digest(type(arr)) + _pd_values(fp, arr))
 
 
 def _pandas_rule(t: type) -> tuple[Handler, int] | None:

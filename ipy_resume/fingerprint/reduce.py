@@ -14,29 +14,25 @@ import pickle
 from typing import Any
 
 from .. import modrefs
-from .code import _is_user_module, _libref
-from .containers import _c_dict, _c_tuple, _instance_state
-from .core import (
-    _NONE_DIGEST,
-    CALL_MEMO,
-    Fingerprinter,
-    Rule,
-    Unfingerprintable,
-    _a_str,
-    _reason,
-    _tagged,
-    _type_name,
-    _x,
-    add_provider,
+from .code import is_user_module, libref
+from .containers import c_dict, c_tuple, instance_state
+from .core import CALL_MEMO, Fingerprinter, Rule, Unfingerprintable, add_provider
+from .primitives import (
+    NONE_DIGEST,
+    atomic_str,
+    exception_reason,
+    hash128,
+    qualified_name,
+    tagged_digest,
 )
 
 
-def _c_reduce(fp: Fingerprinter, v: Any) -> bytes:
+def c_reduce(fp: Fingerprinter, v: Any) -> bytes:
     where = modrefs.lookup(v)
     if where is not None:
         # A module's own object (``scipy.stats.norm``): keyed by reference and version, like
         # the module's functions, not by internal state that the library changes as it works.
-        return _libref(b"modattr", *where)
+        return libref(b"modattr", *where)
     t = type(v)
     reducer = copyreg.dispatch_table.get(t)
     try:
@@ -54,15 +50,15 @@ def _c_reduce(fp: Fingerprinter, v: Any) -> bytes:
         pairs = None if dict_items is None else list(dict_items)
     except Exception as exc:
         return _cloudpickled(v, exc)
-    return _x(
+    return hash128(
         b"reduce\0"
         + fp._digest(func)
         # args is a new tuple, and the usual state the instance __dict__: digesting them here
         # saves bookkeeping, and a level of recursion per object in linked structures
-        + (_c_tuple(fp, args) if type(args) is tuple else fp._digest(args))
-        + (_c_dict(fp, state) if type(state) is dict else fp._digest(state))
-        + (_NONE_DIGEST if items is None else fp._ordered(items))
-        + (_NONE_DIGEST if pairs is None else fp._pairs(pairs))
+        + (c_tuple(fp, args) if type(args) is tuple else fp._digest(args))
+        + (c_dict(fp, state) if type(state) is dict else fp._digest(state))
+        + (NONE_DIGEST if items is None else fp._ordered(items))
+        + (NONE_DIGEST if pairs is None else fp._pairs(pairs))
         + fp._digest(setter)
     )
 
@@ -72,16 +68,16 @@ def _global_reference(fp: Fingerprinter, v: Any, name: str) -> bytes:
     module = getattr(v, "__module__", None)
     if not isinstance(module, str):
         module = pickle.whichmodule(v, name)  # type: ignore[attr-defined]
-    if not _is_user_module(module):
-        return _libref(b"global", module, name)
-    state = _instance_state(v)
+    if not is_user_module(module):
+        return libref(b"global", module, name)
+    state = instance_state(v)
     wrapped = getattr(v, "__wrapped__", None)
-    return _x(
+    return hash128(
         b"mainglobal\0"
-        + _a_str(name)
+        + atomic_str(name)
         + fp._digest(type(v))
         + fp._digest(wrapped)
-        + (_NONE_DIGEST if state is None else _c_dict(fp, state))
+        + (NONE_DIGEST if state is None else c_dict(fp, state))
     )
 
 
@@ -92,13 +88,13 @@ def _cloudpickled(v: Any, cause: BaseException) -> bytes:
         data = cloudpickle.dumps(v, protocol=5)
     except Exception:
         raise Unfingerprintable(
-            _type_name(type(v)), f"it cannot be pickled ({_reason(cause)})"
+            qualified_name(type(v)), f"it cannot be pickled ({exception_reason(cause)})"
         ) from cause
-    return _tagged(b"cloudpickle\0", data)
+    return tagged_digest(b"cloudpickle\0", data)
 
 
 def _fallback_rule(t: type) -> Rule:
-    return (_c_reduce, CALL_MEMO)
+    return (c_reduce, CALL_MEMO)
 
 
 # Last: every type has a rule.

@@ -90,25 +90,24 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .core import (
-    _ALIASES,
+    ALIASES,
     CALL_MEMO,
     Fingerprinter,
     Handler,
     Rule,
     Unfingerprintable,
-    _type_name,
-    _x,
     add_provider,
     address,
 )
 from .numpy_rules import small_array_digest as small_array
+from .primitives import hash128, qualified_name
 
 # ---- handles on something outside the value ------------------------------------------------
 
 
 def _refuse(what: str) -> Handler:
     def handler(fp: Fingerprinter, value: Any) -> bytes:
-        raise Unfingerprintable(_type_name(type(value)), what)
+        raise Unfingerprintable(qualified_name(type(value)), what)
 
     return handler
 
@@ -126,7 +125,7 @@ _THREAD = _refuse("it is a thread, a running computation rather than a value")
 
 
 def _a_count(v: itertools.count) -> bytes:
-    return _x(b"itertools.count\0" + repr(v).encode())
+    return hash128(b"itertools.count\0" + repr(v).encode())
 
 
 def _lock_types() -> tuple[type, ...]:
@@ -271,7 +270,7 @@ _by_value = operator.itemgetter(1)
 _chain = itertools.chain.from_iterable
 _MethodType = types.MethodType
 # What an up-pointer counts as where it sits (it is digested with the input).
-_UP_DIGEST = _x(b"mpl.up\0")
+_UP_DIGEST = hash128(b"mpl.up\0")
 # numpy.ndarray, set when the first matplotlib rule is made (matplotlib imports numpy)
 _ndarray_type: type | None = None
 
@@ -324,7 +323,7 @@ def _getter(keys: tuple[str, ...]) -> Getter:
 def _names_digest(names: tuple[str, ...]) -> bytes:
     digest = _NAMES_DIGESTS.get(names)
     if digest is None:
-        digest = _x(b"mpl.names\0" + _marshal(names, _MARSHAL_VERSION))
+        digest = hash128(b"mpl.names\0" + _marshal(names, _MARSHAL_VERSION))
         if len(_NAMES_DIGESTS) < _NAMES_DIGESTS_MAX:
             _NAMES_DIGESTS[names] = digest
     return digest
@@ -354,12 +353,12 @@ def _other_digest(fp: Fingerprinter, obj: Any, value: Any) -> bytes:
         # nothing else: digested inline, without the traversal's bookkeeping.
         digest = small_array(value)
         if digest is not None:
-            return _ALIASES.get(digest, digest) if _ALIASES else digest
+            return ALIASES.get(digest, digest) if ALIASES else digest
     elif t is _MethodType and value.__self__ is obj:
         # A method bound to the object itself (a MarkerStyle's _marker_function) counts as
         # its function: through __self__ it would make the object a reference cycle of its own,
         # which costs several passes (see the core module).
-        return _x(b"mpl.own-method\0" + fp._digest(value.__func__))
+        return hash128(b"mpl.own-method\0" + fp._digest(value.__func__))
     return fp._digest(value)
 
 
@@ -382,7 +381,9 @@ def _state_digest(
     if found is None:
         found = _measured(fp, obj, state, skip)
     names, values, pairs = found
-    return _x(b"mpl\0" + type_digest + names + _marshal(values, _MARSHAL_VERSION) + b"".join(pairs))
+    return hash128(
+        b"mpl\0" + type_digest + names + _marshal(values, _MARSHAL_VERSION) + b"".join(pairs)
+    )
 
 
 def _fitted(
@@ -426,7 +427,7 @@ def _fitted(
         if t is ndarray:
             digest = small_array(value)
             if digest is not None:
-                pairs.append(name + (_ALIASES.get(digest, digest) if _ALIASES else digest))
+                pairs.append(name + (ALIASES.get(digest, digest) if ALIASES else digest))
                 continue
         # An object digested already (the Axes' transforms, a style enum): its digest from
         # the memo without a call.  Not a method: one bound to *obj* counts differently here.
@@ -597,7 +598,7 @@ def _c_mpl_legend(fp: Fingerprinter, legend: Any) -> bytes:
             parts += fp._digest(entry)
         else:
             parts += _state_digest(fp, entry, vars(entry), _skip_for(type(entry)) | layout)
-    return _x(b"mpl.legend\0" + parts)
+    return hash128(b"mpl.legend\0" + parts)
 
 
 # Where an annotation's arrow starts, ends and which text box it avoids is laid out on draw.
@@ -610,7 +611,7 @@ def _c_mpl_annotation(fp: Fingerprinter, text: Any) -> bytes:
         arrow_digest = fp._digest(None)
     else:
         arrow_digest = _state_digest(fp, arrow, vars(arrow), _skip_for(type(arrow)) | _ARROW_LAYOUT)
-    return _x(b"mpl.annotation\0" + _c_mpl_text(fp, text) + arrow_digest)
+    return hash128(b"mpl.annotation\0" + _c_mpl_text(fp, text) + arrow_digest)
 
 
 def _c_mpl_axis(fp: Fingerprinter, axis: Any) -> bytes:
@@ -631,7 +632,7 @@ def _c_mpl_axis(fp: Fingerprinter, axis: Any) -> bytes:
             parts += fp._digest(text)
         else:
             parts += _state_digest(fp, text, vars(text), _skip_for(type(text)) | layout)
-    return _x(b"mpl.axis\0" + parts)
+    return hash128(b"mpl.axis\0" + parts)
 
 
 _AXIS_TEXTS = frozenset({"label", "offsetText"})
@@ -652,15 +653,15 @@ def _c_mpl_container(fp: Fingerprinter, container: Any) -> bytes:
     items = bytearray()
     for item in container:
         items += dg(item)
-    return _x(b"mpl.container\0" + _x(items) + _c_mpl_object(fp, container))
+    return hash128(b"mpl.container\0" + hash128(items) + _c_mpl_object(fp, container))
 
 
 def _c_mpl_type_only(fp: Fingerprinter, obj: Any) -> bytes:
-    return _x(b"mpl.opaque\0" + fp._digest(type(obj)))
+    return hash128(b"mpl.opaque\0" + fp._digest(type(obj)))
 
 
 def _c_mpl_canvas(fp: Fingerprinter, canvas: Any) -> bytes:
-    return _x(b"mpl.canvas\0" + fp._digest(type(canvas)) + fp._digest(canvas.figure))
+    return hash128(b"mpl.canvas\0" + fp._digest(type(canvas)) + fp._digest(canvas.figure))
 
 
 def _matplotlib_rule(t: type) -> Rule | None:
@@ -719,7 +720,7 @@ def _c_widget(fp: Fingerprinter, widget: Any) -> bytes:
         if name not in _WIDGET_SKIP:
             pairs.append(dg(name) + dg(getattr(widget, name)))
     pairs.sort()
-    return _x(b"ipywidget\0" + dg(type(widget)) + b"".join(pairs))
+    return hash128(b"ipywidget\0" + dg(type(widget)) + b"".join(pairs))
 
 
 def _ipywidgets_rule(t: type) -> Rule | None:

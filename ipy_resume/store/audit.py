@@ -28,7 +28,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ipy_resume.store import blobs, fsio, info, journal, lock
 from ipy_resume.store.fsio import FormatTooNew, StoreError
@@ -37,7 +37,7 @@ from ipy_resume.store.manifest import BlobRef, Manifest
 if TYPE_CHECKING:
     from ipy_resume.store.store import Store
 
-__all__ = ["Audit", "Problem", "audit"]
+__all__ = ["Audit", "Problem", "audit", "check_manifest", "refusal"]
 
 _KNOWN_TOP = {
     info.FILE,
@@ -99,7 +99,57 @@ def audit(store: Store) -> Audit:
         return found
     gc_hint = f"'ipy-resume gc --store {os.fspath(root)}'"
 
-    # -- store.json and its backup
+    _check_info(store, found, gc_hint)
+    _check_journal(root, found, gc_hint)
+
+    # -- manifests
+    refs: dict[str, list[Manifest]] = defaultdict(list)
+    expected: dict[str, BlobRef] = {}
+    temps = 0
+    newer = False
+    for path in _files(root / "manifests"):
+        rel = store.relative(path)
+        if fsio.is_temp_name(path.name):
+            temps += 1
+            continue
+        if not path.name.endswith(".json") or len(path.relative_to(root).parts) != 4:
+            found.problems.append(
+                Problem(rel, f"{rel} is not a checkpoint manifest; {gc_hint} removes it", "stray")
+            )
+            found.strays.append(path)
+            continue
+        found.files_checked += 1
+        unusable = check_manifest(store, path, rel, found, refs, expected)
+        newer = newer or isinstance(unusable, FormatTooNew)
+
+    temps += _check_blobs(store, found, gc_hint, refs, expected, newer)
+
+    # -- everything else
+    quarantined = list(_files(store.blobs.quarantine_dir))
+    if quarantined:
+        found.notes.append(
+            f"{len(quarantined)} file(s) in quarantine/ (found damaged and set aside; nothing "
+            f"reads them): {gc_hint} deletes them"
+        )
+    try:
+        top = sorted(os.listdir(root))
+    except OSError:
+        top = []
+    for name in top:
+        if fsio.is_temp_name(name):
+            temps += 1
+        elif name not in _KNOWN_TOP:
+            found.notes.append(f"{name} is not a file of ipy_resume; it is left alone")
+    if temps:
+        found.notes.append(
+            f"{temps} temporary file(s) left by interrupted writes: {gc_hint} removes them"
+        )
+    return found
+
+
+def _check_info(store: Store, found: Audit, gc_hint: str) -> None:
+    """``store.json`` and its backup: sound, equal, and of a format this version reads."""
+    root = store.root
     primary, backup = store._info_copies()
     sound = [c for c in (primary, backup) if c.usable]
     for copy in (primary, backup):
@@ -131,7 +181,9 @@ def audit(store: Store) -> Audit:
             )
         )
 
-    # -- the journal
+
+def _check_journal(root: Path, found: Audit, gc_hint: str) -> None:
+    """The journal opens and passes SQLite's check (a lost one is rebuilt when next opened)."""
     trouble = journal.check(root)
     if trouble is not None:
         found.problems.append(
@@ -151,49 +203,23 @@ def audit(store: Store) -> Audit:
     else:
         found.files_checked += (root / journal.JOURNAL_FILE).exists()
 
-    # -- manifests
-    refs: dict[str, list[Manifest]] = defaultdict(list)
-    expected: dict[str, BlobRef] = {}
-    temps = 0
-    newer = False
-    for path in _files(root / "manifests"):
-        rel = store._rel(path)
-        if fsio.is_temp_name(path.name):
-            temps += 1
-            continue
-        if not path.name.endswith(".json") or len(path.relative_to(root).parts) != 4:
-            found.problems.append(
-                Problem(rel, f"{rel} is not a checkpoint manifest; {gc_hint} removes it", "stray")
-            )
-            found.strays.append(path)
-            continue
-        found.files_checked += 1
-        try:
-            m = store._read(path)
-        except FileNotFoundError:
-            continue
-        except StoreError as exc:
-            newer = newer or isinstance(exc, FormatTooNew)
-            found.problems.append(Problem(rel, str(exc), "manifest"))
-            continue
-        if path != store._key_dir(m.cell_id, m.key) / path.name:
-            found.problems.append(
-                Problem(
-                    rel,
-                    f"{m.describe()} in {rel} is filed under the wrong cell or key; it is "
-                    "ignored. Move it back, or delete it.",
-                    "manifest",
-                )
-            )
-            continue
-        for ref in m.blob_refs():
-            refs[ref.blob].append(m)
-            expected.setdefault(ref.blob, ref)
 
-    # -- blobs: every file, checked against its own name
+def _check_blobs(
+    store: Store,
+    found: Audit,
+    gc_hint: str,
+    refs: dict[str, list[Manifest]],
+    expected: dict[str, BlobRef],
+    newer: bool,
+) -> int:
+    """Every blob file, checked against its own name; the manifests' blobs that are missing.
+
+    Returns how many temporary files it passed over.
+    """
+    temps = 0
     present: set[str] = set()
     for path in _files(store.blobs.objects):
-        rel = store._rel(path)
+        rel = store.relative(path)
         if fsio.is_temp_name(path.name):
             temps += 1
             continue
@@ -253,27 +279,59 @@ def audit(store: Store) -> Audit:
     if newer:
         found.broken.clear()  # gc removes nothing a newer reader might need
 
-    # -- everything else
-    quarantined = list(_files(store.blobs.quarantine_dir))
-    if quarantined:
-        found.notes.append(
-            f"{len(quarantined)} file(s) in quarantine/ (found damaged and set aside; nothing "
-            f"reads them): {gc_hint} deletes them"
-        )
+    return temps
+
+
+def check_manifest(
+    store: Store,
+    path: PurePath,
+    rel: str,
+    found: Audit,
+    refs: dict[str, list[Manifest]],
+    expected: dict[str, BlobRef],
+) -> StoreError | None:
+    """Audit one manifest file: a problem joins *found*, a sound one's blobs *refs*/*expected*.
+
+    Shared by the local audit and the object store's. Returns the error of a manifest
+    that does not verify (None for a sound, misfiled or vanished one).
+    """
     try:
-        top = sorted(os.listdir(root))
-    except OSError:
-        top = []
-    for name in top:
-        if fsio.is_temp_name(name):
-            temps += 1
-        elif name not in _KNOWN_TOP:
-            found.notes.append(f"{name} is not a file of ipy_resume; it is left alone")
-    if temps:
-        found.notes.append(
-            f"{temps} temporary file(s) left by interrupted writes: {gc_hint} removes them"
+        m = store._read(path)
+    except FileNotFoundError:
+        return None
+    except StoreError as exc:
+        found.problems.append(Problem(rel, str(exc), "manifest"))
+        return exc
+    if store.misfiled(m, path):
+        found.problems.append(
+            Problem(
+                rel,
+                f"{m.describe()} in {rel} is filed under the wrong cell or key; it is "
+                "ignored. Move it back, or delete it.",
+                "manifest",
+            )
         )
-    return found
+        return None
+    for ref in m.blob_refs():
+        refs[ref.blob].append(m)
+        expected.setdefault(ref.blob, ref)
+    return None
+
+
+def refusal(m: Manifest, blob_store: Any, rel: str) -> str | None:
+    """Why ``trust`` must not adopt *m*: its blobs that are missing or fail their checksum.
+
+    *blob_store* is the store's blob store (local or remote). None when every blob verifies.
+
+    >>> refusal(manifest, store.blobs, "manifests/a/k/id.json") is None  # doctest: +SKIP
+    True
+    """
+    bad = [
+        f"{blob_store.relpath(r.blob)} {problem}"
+        for r in m.blob_refs()
+        if (problem := blob_store.check(r.blob, r.algo, r.checksum, r.size))
+    ]
+    return f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + "." if bad else None
 
 
 def _files(folder: Path) -> list[Path]:

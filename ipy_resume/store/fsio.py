@@ -65,7 +65,12 @@ TEMP_PREFIX = ".tmp-"
 # errors
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """*text* on one line: every run of white space (newlines too) becomes one space.
+
+    >>> one_line("bad\\n  thing ")
+    'bad thing'
+    """
     return " ".join(text.split())
 
 
@@ -77,12 +82,8 @@ class StoreError(Exception):
     """
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
-        super().__init__(_one_line(message))
+        super().__init__(one_line(message))
         self.path = path
-
-    @property
-    def message(self) -> str:
-        return str(self)
 
 
 class CorruptBlob(StoreError):

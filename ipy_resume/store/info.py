@@ -119,6 +119,28 @@ def decode_copy(name: str, data: bytes) -> Copy:
     return Copy(name, "ok", dict(doc), data)
 
 
+def first_doc(copies: tuple[Copy, Copy], store: str) -> dict[str, Any] | None:
+    """The document of the first sound copy (``store.json``, then its backup), or None.
+
+    Raises :class:`~.fsio.FormatTooNew` when either is of a format newer than this
+    version reads: nothing of such a store may be rewritten. *store* names it in the message.
+
+    >>> first_doc((read_copy(root / FILE), read_copy(root / BACKUP)), "s")  # doctest: +SKIP
+    {'format': 1, ...}
+    """
+    for copy in copies:
+        if copy.doc is not None and copy.doc["format"] > STORE_FORMAT_VERSION:
+            raise fsio.FormatTooNew(
+                f"the store {store} has format {copy.doc['format']}, but this "
+                f"ipy_resume reads format {STORE_FORMAT_VERSION} at most; upgrade ipy_resume "
+                "or use another store",
+                path=copy.name,
+                found=copy.doc["format"],
+                supported=STORE_FORMAT_VERSION,
+            )
+    return next((c.doc for c in copies if c.doc is not None), None)
+
+
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -251,13 +251,13 @@ class Journal:
 
         def insert(conn: sqlite3.Connection) -> int | None:
             if event.checkpoint_id is None or event.outcome not in ("executed", "incomplete"):
-                return _insert(conn, event).lastrowid
+                return insert_event(conn, event).lastrowid
             # A journal rebuilt while this checkpoint's kernel was between its manifest and
             # this event holds a stand-in for it: the real event takes its place.
             stand_in = f"{_REBUILT_PREFIX}{event.checkpoint_id}"
             conn.execute("BEGIN IMMEDIATE")
             try:
-                seq = _insert(conn, event).lastrowid
+                seq = insert_event(conn, event).lastrowid
                 if conn.execute("DELETE FROM events WHERE event_id = ?", (stand_in,)).rowcount:
                     conn.execute(
                         "UPDATE events SET parent = ? WHERE parent = ?", (event.event_id, stand_in)
@@ -333,7 +333,12 @@ class Journal:
         return result
 
 
-def _insert(conn: sqlite3.Connection, event: Event, ignore: bool = False) -> sqlite3.Cursor:
+def insert_event(conn: sqlite3.Connection, event: Event, ignore: bool = False) -> sqlite3.Cursor:
+    """Insert *event* into an open journal database (*ignore*: skip one already there).
+
+    >>> insert_event(conn, event, ignore=True).rowcount  # doctest: +SKIP
+    1
+    """
     verb = "INSERT OR IGNORE" if ignore else "INSERT"
     return conn.execute(
         f"{verb} INTO events (event_id, checkpoint_id, cell_id, key, parent, session,"
@@ -438,7 +443,7 @@ def rebuild(
         ]
         added = 0
         for event in events_from_manifests(manifests):
-            added += _insert(conn, event, ignore=True).rowcount
+            added += insert_event(conn, event, ignore=True).rowcount
         conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):

@@ -10,21 +10,37 @@ rather than taken for a folder called ``s3:``.
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ipy_resume.store.fsio import StoreError
+from ipy_resume.store.urls import StoreURLError, is_url, split_url
 
 if TYPE_CHECKING:
     from ipy_resume.store.store import Store
 
-__all__ = ["Location", "StoreURLError", "is_url", "key", "open_store", "resolve", "split_url"]
+__all__ = [
+    "STORE_DIRNAME",
+    "STORE_ENV",
+    "Location",
+    "StoreURLError",
+    "default_root",
+    "default_store_dir",
+    "is_url",
+    "key",
+    "open_store",
+    "resolve",
+    "split_url",
+]
 
 Location = Path | str
 """An absolute folder, or an object-store URL (always a ``str``)."""
 
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
+STORE_DIRNAME = ".ipy_resume"
+"""The store's folder when none is named: in the kernel's working directory."""
+STORE_ENV = "IPY_RESUME_DIR"
+"""The environment variable that names the store (a folder or a URL)."""
+
 # the package each common protocol needs (fsspec's own table says the same for more)
 _PACKAGES = {
     "s3": "s3fs",
@@ -36,31 +52,6 @@ _PACKAGES = {
 }
 # protocols that are folders on this machine in all but name
 _LOCAL = {"file", "local"}
-
-
-class StoreURLError(StoreError):
-    """A store URL that cannot be used: unknown protocol, missing package, no bucket."""
-
-
-def is_url(where: object) -> bool:
-    """True when *where* is written as ``protocol://…`` (a Path never is).
-
-    >>> is_url("s3://bucket/team"), is_url("/data/store"), is_url("C:/x")
-    (True, False, False)
-    """
-    return isinstance(where, str) and _URL.match(where) is not None
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """``(protocol, rest)`` of a store URL, the protocol in lower case.
-
-    >>> split_url("S3://bucket/team/")
-    ('s3', 'bucket/team')
-    """
-    match = _URL.match(url)
-    if match is None:
-        raise StoreURLError(f"{url!r} is not a store URL (protocol://bucket/prefix)")
-    return match.group(1).lower(), match.group(2).strip("/")
 
 
 def _check_protocol(protocol: str, url: str) -> None:
@@ -114,6 +105,37 @@ def resolve(where: str | os.PathLike[str] | None, base: Path | None = None) -> L
     if base is not None and not path.is_absolute():
         path = base / path
     return path.resolve()
+
+
+def default_store_dir(
+    folder: Path | None = None, env: Mapping[str, str] | None = None
+) -> Path | str:
+    """The store used when none is named: ``$IPY_RESUME_DIR``, else ``.ipy_resume`` in *folder*.
+
+    *folder* is the kernel's working directory (default: this process's); a relative
+    ``$IPY_RESUME_DIR`` is taken from it when given.  A URL (``s3://bucket/prefix``) is
+    returned as written.  *env* defaults to ``os.environ``.
+
+    >>> str(default_store_dir(Path("/nb"), env={}))
+    '/nb/.ipy_resume'
+    >>> default_store_dir(env={"IPY_RESUME_DIR": "s3://bucket/team"})
+    's3://bucket/team'
+    """
+    value = (os.environ if env is None else env).get(STORE_ENV)
+    if value and is_url(value):
+        return value
+    if value:
+        return Path(value) if folder is None else (folder / Path(value).expanduser()).resolve()
+    return (Path.cwd() if folder is None else folder) / STORE_DIRNAME
+
+
+def default_root() -> Location:
+    """The store the kernel uses now, resolved (``$IPY_RESUME_DIR`` or ``./.ipy_resume``).
+
+    >>> default_root().name  # doctest: +SKIP
+    '.ipy_resume'
+    """
+    return resolve(default_store_dir())
 
 
 def key(where: str | os.PathLike[str]) -> str:

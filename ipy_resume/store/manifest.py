@@ -603,6 +603,21 @@ def _names(path: Path, root: str | os.PathLike[str] | None) -> tuple[str, str]:
     return rel, os.fspath(root)
 
 
+def decode_unverified(data: bytes, rel: str, path: PurePath | None = None) -> Manifest:
+    """A manifest's contents read WITHOUT checking its signature: never load values from it.
+
+    For what only needs its blob list (gc keeps the blobs of a store signed under another
+    key) and for ``trust``, which checks every blob before signing it again.  Raises
+    :class:`ManifestError` when the document is not a well-formed manifest.
+
+    >>> decode_unverified(path.read_bytes(), "manifests/a/k/id.json").blob_refs()  # doctest: +SKIP
+    [BlobRef(...)]
+    """
+    doc = _parse(data, rel)
+    doc.pop("signature", None)
+    return _build(doc, path, rel)
+
+
 def resign(
     path: str | os.PathLike[str], key: bytes, *, root: str | os.PathLike[str] | None = None
 ) -> Manifest:
@@ -613,9 +628,7 @@ def resign(
     """
     p = Path(path)
     rel, _ = _names(p, root)
-    doc = _parse(p.read_bytes(), rel)
-    doc.pop("signature", None)
-    manifest = _build(doc, p, rel)
+    manifest = decode_unverified(p.read_bytes(), rel, p)
     data = encode(manifest, key)
     with fsio.atomic_write(p) as f:
         f.write(data)

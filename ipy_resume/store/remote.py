@@ -33,10 +33,7 @@ store's own guarantees here:
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import secrets
-import socket
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePath, PurePosixPath
@@ -50,53 +47,19 @@ from ipy_resume.store.blobcache import BlobCache
 from ipy_resume.store.blobs import algo_of, aligned_empty, new_hasher
 from ipy_resume.store.fsio import (
     CorruptBlob,
-    FormatTooNew,
     ManifestError,
     MissingBlob,
     SaveError,
     StoreError,
 )
+from ipy_resume.store.leases import GC_MARKER_STALE, LEASE_STALE, marker, stale
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.remote_backend import FsspecBackend, RemoteError
-from ipy_resume.store.store import STORE_FORMAT_VERSION, Store
+from ipy_resume.store.results import Listed
+from ipy_resume.store.store import Store
 
 __all__ = ["LEASE_STALE", "RemoteBlobs", "RemoteStore"]
-
-LEASE_STALE = 3600.0
-"""A lease (a save in progress) older than this is taken as left by a dead process."""
-GC_MARKER_STALE = 900.0
-"""A gc marker older than this no longer holds saves back."""
-_HOST = socket.gethostname()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, not ours
-    return True
-
-
-def marker(purpose: str) -> bytes:
-    """The content of a lease or gc marker: who wrote it and when."""
-    doc = {"host": _HOST, "pid": os.getpid(), "created": time.time(), "purpose": purpose}
-    return json.dumps(doc, sort_keys=True).encode()
-
-
-def stale(backend: Backend, obj: ObjectInfo, older_than: float, now: float) -> bool:
-    """True when the lease or marker *obj* was left by a dead process or is too old."""
-    if obj.age(now) >= older_than:
-        return True
-    try:
-        doc = json.loads(backend.get(obj.key))
-    except (FileNotFoundError, ValueError):
-        return True
-    if isinstance(doc, dict) and doc.get("host") == _HOST and isinstance(doc.get("pid"), int):
-        return not _alive(doc["pid"])
-    return False
 
 
 class RemoteBlobs:
@@ -282,17 +245,7 @@ class RemoteStore(Store):
 
     def _resolve_info(self, *, heal: bool) -> dict[str, Any]:
         primary, backup = self._info_copies()
-        for copy in (primary, backup):
-            if copy.doc is not None and copy.doc["format"] > STORE_FORMAT_VERSION:
-                raise FormatTooNew(
-                    f"the store {self.url} has format {copy.doc['format']}, but this "
-                    f"ipy_resume reads format {STORE_FORMAT_VERSION} at most; upgrade "
-                    "ipy_resume or use another store",
-                    path=copy.name,
-                    found=copy.doc["format"],
-                    supported=STORE_FORMAT_VERSION,
-                )
-        doc = next((c.doc for c in (primary, backup) if c.doc is not None), None)
+        doc = info.first_doc((primary, backup), self.url)
         if doc is None:
             found = self.manifests()
             if found:
@@ -418,6 +371,18 @@ class RemoteStore(Store):
         if listed is not None:
             self._read_meta[rel] = listed
         return m
+
+    def scan(self) -> Iterator[Listed]:
+        """Every manifest object of the store, read once (see :meth:`Store.scan`)."""
+        for obj in self._listing("manifests"):
+            path = PurePosixPath(obj.key)
+            if not obj.key.endswith(".json") or len(path.parts) != 4:
+                continue
+            try:
+                data = self.backend.get(obj.key)
+            except FileNotFoundError:
+                continue
+            yield self._entry(path, obj.key, data)
 
     def _listing(self, prefix: str) -> list[ObjectInfo]:
         found = list(self.backend.list(prefix))

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from ipy_resume.store.backend import Backend, ObjectInfo, Sink
 from ipy_resume.store.fsio import StoreError
-from ipy_resume.store.location import split_url
+from ipy_resume.store.urls import split_url
 
 __all__ = ["MULTIPART_MIN", "RETRY_SECONDS", "FsspecBackend", "RemoteError"]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipy_resume.store.blobcache import default_cache_dir
-from ipy_resume.store.journal import OUTCOMES, Event, Journal, _insert
+from ipy_resume.store.journal import OUTCOMES, Event, Journal, insert_event
 
 if TYPE_CHECKING:
     from ipy_resume.store.remote import RemoteStore
@@ -151,7 +151,7 @@ class RemoteJournal:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     for event in events:
-                        _insert(conn, event, ignore=True)
+                        insert_event(conn, event, ignore=True)
                     conn.execute("COMMIT")
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):

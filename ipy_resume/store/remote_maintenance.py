@@ -24,12 +24,12 @@ from pathlib import PurePath, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ipy_resume.store import blobs, manifest
-from ipy_resume.store.audit import Audit, Problem
-from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
+from ipy_resume.store.audit import Audit, Problem, check_manifest, refusal
+from ipy_resume.store.fsio import StoreError
+from ipy_resume.store.leases import GC_MARKER_STALE, marker, stale
 from ipy_resume.store.manifest import BlobRef, Manifest
-from ipy_resume.store.remote import GC_MARKER_STALE, marker, stale
 from ipy_resume.store.remote_backend import FsspecBackend
-from ipy_resume.store.retention import GcReport, _retain, _Scan
+from ipy_resume.store.retention import GcReport, retain, scan_manifests
 
 if TYPE_CHECKING:
     from ipy_resume.store.remote import RemoteStore
@@ -44,9 +44,7 @@ def _hint(store: RemoteStore) -> str:
 def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
     """A manifest's blob list read without trusting it (no value is decoded)."""
     try:
-        doc = manifest._parse(data, rel)
-        doc.pop("signature", None)
-        return manifest._build(doc, path, rel)
+        return manifest.decode_unverified(data, rel, path)
     except StoreError:
         return None
 
@@ -82,26 +80,7 @@ def audit(store: RemoteStore) -> Audit:
             found.strays.append(path)
             continue
         found.files_checked += 1
-        try:
-            m = store._read(path)
-        except FileNotFoundError:
-            continue
-        except StoreError as exc:
-            found.problems.append(Problem(rel, str(exc), "manifest"))
-            continue
-        if path != store._key_dir(m.cell_id, m.key) / path.name:
-            found.problems.append(
-                Problem(
-                    rel,
-                    f"{m.describe()} in {rel} is filed under the wrong cell or key; it is "
-                    "ignored. Move it back, or delete it.",
-                    "manifest",
-                )
-            )
-            continue
-        for ref in m.blob_refs():
-            refs[ref.blob].append(m)
-            expected.setdefault(ref.blob, ref)
+        check_manifest(store, path, rel, found, refs, expected)
     present: dict[str, int] = {}
     for obj in store.backend.list("objects"):
         parts = obj.key.split("/")
@@ -163,58 +142,18 @@ def trust(store: RemoteStore, problems: list[str] | None = None) -> int:
         except FileNotFoundError:
             continue
         try:
-            doc = manifest._parse(data, rel)
-            doc.pop("signature", None)
-            m = manifest._build(doc, path, rel)
+            m = manifest.decode_unverified(data, rel, path)
         except StoreError as exc:
             problems.append(f"not adopted: {exc}")
             continue
-        bad = [
-            f"{store.blobs.relpath(r.blob)} {problem}"
-            for r in m.blob_refs()
-            if (problem := store.blobs.check(r.blob, r.algo, r.checksum, r.size))
-        ]
-        if bad:
-            problems.append(f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + ".")
+        refused = refusal(m, store.blobs, rel)
+        if refused is not None:
+            problems.append(refused)
             continue
         store.backend.put(rel, [manifest.encode(m, store.key)])
         count += 1
     store._read_cache.clear()
     return count
-
-
-def _scan(store: RemoteStore) -> _Scan:
-    scan = _Scan()
-    for obj in store._listing("manifests"):
-        rel = obj.key
-        path = PurePosixPath(rel)
-        if not rel.endswith(".json") or len(path.parts) != 4:
-            continue
-        try:
-            data = store.backend.get(rel)
-        except FileNotFoundError:
-            continue
-        scan.sizes[path] = len(data)
-        try:
-            m = manifest.decode(data, store.key, rel=rel, store=store.url, path=path)
-        except FormatTooNew:
-            scan.newer.append(rel)
-            continue
-        except Untrusted:
-            scan.untrusted += 1
-            foreign = _foreign(data, rel, path)
-            if foreign is not None:
-                scan.pinned.update(r.blob for r in foreign.blob_refs())
-            continue
-        except ManifestError:
-            scan.unreadable.append(path)
-            continue
-        if path != store._key_dir(m.cell_id, m.key) / path.name:
-            scan.untrusted += 1
-            scan.pinned.update(r.blob for r in m.blob_refs())
-            continue
-        scan.trusted.append(m)
-    return scan
 
 
 def _referenced(store: RemoteStore) -> set[str] | None:
@@ -260,7 +199,7 @@ def collect(
     backend.put(gc_marker, [marker("gc")])
     try:
         now = time.time()
-        scan = _scan(store)
+        scan = scan_manifests(store)
         broken = {m.path for m in scan.trusted if m.path in found.broken}
         scan.trusted = [m for m in scan.trusted if m.path not in broken]
         blob_objects = {
@@ -269,7 +208,7 @@ def collect(
             if len(o.key.split("/")) == 3
         }
         sizes = {a: o.size for a, o in blob_objects.items()}
-        kept, removed, notes = _retain(scan, keep_last, max_size, sizes)
+        kept, removed, notes = retain(scan, keep_last, max_size, sizes)
         report.notes.extend(notes)
         report.untrusted_kept = scan.untrusted
         for m in sorted(removed, key=manifest.order_key):

@@ -38,7 +38,6 @@ deletes a blob a concurrent save is about to commit a manifest for.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sqlite3
@@ -59,12 +58,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GcReport",
+    "Scan",
     "collect",
-    "count_argument",
     "format_size",
-    "parse_gc_words",
     "parse_size",
-    "size_argument",
+    "scan_manifests",
 ]
 
 UNLOCKED_GRACE = 3600.0
@@ -84,56 +82,6 @@ def parse_size(text: str) -> int:
     if not match or (match.group(3) and not match.group(2) and match.group(3).lower() != "b"):
         raise ValueError(f"bad size {text!r}: give a number with an optional K, M, G or T")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-
-
-def size_argument(text: str) -> int:
-    """:func:`parse_size` for argparse (a bad size is a usage error).
-
-    >>> size_argument("2G")
-    2147483648
-    """
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def count_argument(text: str) -> int:
-    """A ``--keep-last`` count for argparse: an integer of at least 1.
-
-    >>> count_argument("3")
-    3
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"--keep-last needs a whole number of at least 1, got {text!r}"
-        )
-    return value
-
-
-def parse_gc_words(words: list[str]) -> tuple[int | None, int | None]:
-    """``(keep_last, max_size)`` from ``%checkpoint gc`` words; ValueError with usage on a mistake.
-
-    >>> parse_gc_words(["--keep-last", "3", "--max-size", "1G"])
-    (3, 1073741824)
-    """
-
-    class _Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> Any:  # a usage mistake, not an exit
-            raise ValueError(f"%checkpoint gc: {message}. {GC_USAGE}")
-
-    parser = _Parser(prog="%checkpoint gc", add_help=False)
-    parser.add_argument("--keep-last", type=count_argument, default=None)
-    parser.add_argument("--max-size", type=size_argument, default=None)
-    args = parser.parse_args(words)
-    return args.keep_last, args.max_size
-
-
-GC_USAGE = "usage: %checkpoint gc [--keep-last N] [--max-size SIZE]   (SIZE like 500M, 2G)"
 
 
 def format_size(value: int) -> str:
@@ -244,7 +192,9 @@ class GcReport:
 
 
 @dataclass
-class _Scan:
+class Scan:
+    """The manifests retention judges, sorted by what may happen to them and their blobs."""
+
     trusted: list[Manifest] = field(default_factory=list)
     sizes: dict[PurePath, int] = field(default_factory=dict)  # manifest path -> bytes
     pinned: set[str] = field(default_factory=set)  # blobs of manifests retention never drops
@@ -254,42 +204,31 @@ class _Scan:
     opaque: list[str] = field(default_factory=list)  # manifests that cannot be read
 
 
-def _scan(store: Store) -> _Scan:
-    scan = _Scan()
-    for path in store._manifest_paths(store._all_cell_dirs()):
-        rel = store._rel(path)
-        try:
-            data = Path(path).read_bytes()
-        except FileNotFoundError:
+def scan_manifests(store: Store) -> Scan:
+    """What retention judges, from ``store.scan()`` (a local store or an object store)."""
+    found = Scan()
+    for entry in store.scan():
+        error = entry.error
+        if isinstance(error, OSError):  # unreadable here: its blobs are unknown, so none may go
+            found.opaque.append(f"{entry.rel} ({error.strerror or error})")
             continue
-        except OSError as exc:  # unreadable here: its blobs are unknown, so none may go
-            scan.opaque.append(f"{rel} ({exc.strerror or exc})")
-            continue
-        scan.sizes[path] = len(data)
-        try:
-            m = manifest.decode(data, store.key, rel=rel, store=str(store.root), path=path)
-        except FormatTooNew:
-            scan.newer.append(rel)
-            continue
-        except Untrusted:
-            scan.untrusted += 1
-            try:  # its blob list, read without trusting it (no value is decoded)
-                doc = manifest._parse(data, rel)
-                doc.pop("signature", None)
-                foreign = manifest._build(doc, path, rel)
-            except StoreError:
-                continue
-            scan.pinned.update(r.blob for r in foreign.blob_refs())
-            continue
-        except ManifestError:
-            scan.unreadable.append(path)
-            continue
-        if path.parent != store._key_dir(m.cell_id, m.key):
-            scan.untrusted += 1  # misfiled: never restored, but not ours to judge
-            scan.pinned.update(r.blob for r in m.blob_refs())
-            continue
-        scan.trusted.append(m)
-    return scan
+        found.sizes[entry.path] = entry.size
+        if isinstance(error, FormatTooNew):
+            found.newer.append(entry.rel)
+        elif isinstance(error, Untrusted):
+            found.untrusted += 1
+            if entry.unverified is not None:  # its blob list, read without trusting it
+                found.pinned.update(r.blob for r in entry.unverified.blob_refs())
+        elif isinstance(error, ManifestError):
+            found.unreadable.append(entry.path)
+        elif error is not None:
+            raise error
+        elif entry.manifest is not None and entry.misfiled:
+            found.untrusted += 1  # misfiled: never restored, but not ours to judge
+            found.pinned.update(r.blob for r in entry.manifest.blob_refs())
+        elif entry.manifest is not None:
+            found.trusted.append(entry.manifest)
+    return found
 
 
 def _blob_files(store: Store) -> dict[str, Path]:
@@ -334,8 +273,8 @@ def _old_enough(path: Path, grace: float, now: float) -> bool:
         return False
 
 
-def _retain(
-    scan: _Scan, keep_last: int | None, max_size: int | None, blob_sizes: dict[str, int]
+def retain(
+    scan: Scan, keep_last: int | None, max_size: int | None, blob_sizes: dict[str, int]
 ) -> tuple[list[Manifest], list[Manifest], list[str]]:
     """Split trusted manifests into (kept, removed) and say where max_size could not be met."""
     by_cell: dict[str, list[Manifest]] = defaultdict(list)
@@ -396,7 +335,7 @@ def _still_broken(store: Store, m: Manifest, addresses: list[str]) -> bool:
 def _heal_files(store: Store, report: GcReport) -> None:
     """Write store.json and its backup again where one is damaged, and rebuild the journal."""
     try:
-        store._resolve_info(heal=True)
+        store.heal_info()
     except StoreError as exc:  # a newer format: nothing of it is touched
         report.notes.append(str(exc))
     healer = Journal(store.root, source=store.manifests_except)
@@ -445,7 +384,7 @@ def collect(
         # like any other); a live writer's staged files are spared below
         pending.recover(store)
         staged = pending.live_temps(store.root)
-        scan = _scan(store)
+        scan = scan_manifests(store)
         # checkpoints that can never load: a blob is missing or fails its checksum (a
         # concurrent save may have written it again since the audit: checked again)
         broken = {
@@ -456,7 +395,7 @@ def collect(
         scan.trusted = [m for m in scan.trusted if m.path not in broken]
         files = _blob_files(store)
         blob_sizes = {a: _size(p) for a, p in files.items()}
-        kept, removed, notes = _retain(scan, keep_last, max_size, blob_sizes)
+        kept, removed, notes = retain(scan, keep_last, max_size, blob_sizes)
         report.notes.extend(notes)
         report.untrusted_kept = scan.untrusted
 
@@ -465,7 +404,7 @@ def collect(
                 fsio.remove(path)
             except OSError as exc:  # e.g. a read-only folder: report it, carry on
                 report.notes.append(
-                    f"could not remove {store._rel(path)} ({exc.strerror or exc}); it is kept"
+                    f"could not remove {store.relative(path)} ({exc.strerror or exc}); it is kept"
                 )
                 return False
             return True
@@ -481,14 +420,14 @@ def collect(
         for path in scan.unreadable:
             if remove(path):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
-                report.removed_unreadable.append(store._rel(path))
+                report.removed_unreadable.append(store.relative(path))
         for path in sorted(p for p in broken if p is not None):
             if remove(path):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
-                report.removed_broken.append(store._rel(path))
+                report.removed_broken.append(store.relative(path))
         for path in found.strays:
             if _old_enough(Path(path), grace, now) and remove(path):
-                report.removed_strays.append(store._rel(path))
+                report.removed_strays.append(store.relative(path))
         report.kept_checkpoints = len(kept)
 
         # 3. blobs no kept manifest refers to

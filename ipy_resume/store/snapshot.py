@@ -33,9 +33,10 @@ import numpy as np
 
 from ipy_resume.store import blobs, fsio, lock, manifest, pending
 from ipy_resume.store.manifest import Manifest
+from ipy_resume.store.results import SaveResult
 
 if TYPE_CHECKING:
-    from ipy_resume.store.store import SaveResult, Store, _Writer
+    from ipy_resume.store.store import Store, Writer
 
 __all__ = ["Snapshot"]
 
@@ -122,7 +123,7 @@ class Snapshot:
         self,
         store: Store,
         manifest: Manifest,
-        writer: _Writer,
+        writer: Writer,
         failed: dict[str, str],
         suspect: set[PurePath] | None,
         held: contextlib.ExitStack | None = None,
@@ -285,8 +286,6 @@ class Snapshot:
 
     def result(self, bytes_written: int = 0) -> SaveResult:
         """What :meth:`Store.save` would have returned (bytes as far as known)."""
-        from ipy_resume.store.store import SaveResult
-
         return SaveResult(
             self.manifest,
             dict(self.failed),

@@ -27,7 +27,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Protocol
 
@@ -46,7 +45,7 @@ from ipy_resume.store import (
     retention,
     signing,
 )
-from ipy_resume.store.audit import Audit
+from ipy_resume.store.audit import Audit, refusal
 from ipy_resume.store.audit import audit as audit_store
 from ipy_resume.store.blobs import SHA256, XXH3, BlobStore
 from ipy_resume.store.fsio import (
@@ -60,6 +59,7 @@ from ipy_resume.store.fsio import (
 from ipy_resume.store.journal import RECOVERED, Journal, events_from_manifests
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import BlobRef, Manifest
+from ipy_resume.store.results import Listed, SaveResult
 from ipy_resume.store.retention import GcReport
 from ipy_resume.store.snapshot import Snapshot
 
@@ -84,17 +84,6 @@ _READ_CACHE_MAX = 50_000
 
 class DecodeError(StoreError):
     """A verified value could not be rebuilt (e.g. its class no longer exists)."""
-
-
-@dataclass
-class SaveResult:
-    manifest: Manifest  # the committed manifest
-    failed: dict[str, str] = field(default_factory=dict)  # names not stored -> one-line reason
-    bytes_written: int = 0  # blob bytes written plus the manifest file
-    # names of earlier checkpoints stored again because they hold objects this save's
-    # values hold (see Linker.holders), and the ids of the objects the values hold
-    added: list[str] = field(default_factory=list)
-    members: set[int] = field(default_factory=set)
 
 
 _versions_cache: dict[str, str] = {}
@@ -190,7 +179,7 @@ def token(checkpoint_id: str, name: str) -> str:
     return f"{checkpoint_id}/{name}"
 
 
-class _Writer:
+class Writer:
     """Turns the values of one save into blobs, tracking refs and bytes written."""
 
     def __init__(
@@ -461,7 +450,25 @@ class Store:
 
     def exists(self) -> bool:
         """True once the store has been created (a first save, or ``store.json``)."""
-        return (self.root / info.FILE).exists() or (self.root / "manifests").is_dir()
+        return Store.created_at(self.root)
+
+    @staticmethod
+    def created_at(root: Path) -> bool:
+        """:meth:`exists` of the local store at *root*, without opening it (no key is read).
+
+        >>> Store.created_at(Path("/nonexistent"))
+        False
+        """
+        return (root / info.FILE).exists() or Store.has_checkpoints_at(root)
+
+    @staticmethod
+    def has_checkpoints_at(root: Path) -> bool:
+        """True when the local store at *root* may hold checkpoints (it has saved one).
+
+        >>> Store.has_checkpoints_at(Path("/nonexistent"))
+        False
+        """
+        return (root / "manifests").is_dir()
 
     # -- store.json ----------------------------------------------------------
 
@@ -485,17 +492,7 @@ class Store:
         base seed the manifests carry; a new store gets a new random one.
         """
         primary, backup = self._info_copies()
-        for copy in (primary, backup):
-            if copy.doc is not None and copy.doc["format"] > STORE_FORMAT_VERSION:
-                raise FormatTooNew(
-                    f"the store {os.fspath(self.root)} has format {copy.doc['format']}, but this "
-                    f"ipy_resume reads format {STORE_FORMAT_VERSION} at most; upgrade ipy_resume "
-                    "or use another store",
-                    path=copy.name,
-                    found=copy.doc["format"],
-                    supported=STORE_FORMAT_VERSION,
-                )
-        doc = next((c.doc for c in (primary, backup) if c.doc is not None), None)
+        doc = info.first_doc((primary, backup), os.fspath(self.root))
         if doc is None and (self.root / "manifests").is_dir():
             doc = info.recover((m.created, m.seed_base) for m in self.manifests())
         if not heal:
@@ -585,7 +582,7 @@ class Store:
             _check_text("a value name", name)
 
         suspect = self._suspect.get((cell_id, key))
-        writer = _Writer(self.blobs, verify=suspect is not None)
+        writer = Writer(self.blobs, verify=suspect is not None)
         ident = manifest.new_checkpoint_id()
         try:
             # A copy of the base seed goes into every manifest: with both store.json
@@ -643,7 +640,7 @@ class Store:
             raise TypeError(f"info must be JSON-serialisable: {exc}") from exc
         for name in [*values, *extras]:
             _check_text("a value name", name)
-        writer = _Writer(self.blobs, defer=True)
+        writer = Writer(self.blobs, defer=True)
         # The shared lock is held from here, where blobs found present are left out
         # (dedup), to the commit (Snapshot.release): a gc cannot remove one in between.
         held = contextlib.ExitStack()
@@ -678,7 +675,7 @@ class Store:
 
     def _build(
         self,
-        writer: _Writer,
+        writer: Writer,
         ident: str,
         cell_id: str,
         key: str,
@@ -751,7 +748,7 @@ class Store:
 
     @staticmethod
     def _write_values(
-        writer: _Writer, values: Mapping[str, object], linker: Linker | None, ident: str
+        writer: Writer, values: Mapping[str, object], linker: Linker | None, ident: str
     ) -> dict[str, str]:
         """Top-level arrays that own their memory as HDF5 blobs, the rest as one group."""
         owners: set[int] = set()
@@ -787,7 +784,7 @@ class Store:
         return writer.add_group(group, hdf5, linker, ident)
 
     def _commit(
-        self, m: Manifest, writer: _Writer, dirs: set[Path] | None = None, quiet: bool = False
+        self, m: Manifest, writer: Writer, dirs: set[Path] | None = None, quiet: bool = False
     ) -> int:
         """Publish manifest *m*; with *dirs* its folder's fsync is left to the caller.
 
@@ -1079,6 +1076,68 @@ class Store:
         except FileNotFoundError:
             return []
 
+    def scan(self) -> Iterator[Listed]:
+        """Every manifest file of the store, read once: its manifest, or why it is unusable.
+
+        An untrusted one comes with its contents read without trusting them
+        (``unverified``: its blob list, never its values); a misfiled one with its
+        manifest and ``misfiled``.  A file removed meanwhile is left out.
+
+        >>> [entry.rel for entry in Store("s").scan() if entry.error]  # doctest: +SKIP
+        ['manifests/train/3f2a/0190ab.json']
+        """
+        for path in self._manifest_paths(self._all_cell_dirs()):
+            rel = self._rel(path)
+            try:
+                data = Path(path).read_bytes()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:  # unreadable here: what it refers to is unknown
+                yield Listed(path, rel, error=exc)
+                continue
+            yield self._entry(path, rel, data)
+
+    def _entry(self, path: PurePath, rel: str, data: bytes) -> Listed:
+        """What :meth:`scan` says of the manifest file *path* that holds *data*."""
+        try:
+            m = manifest.decode(data, self.key, rel=rel, store=str(self.location), path=path)
+        except Untrusted as exc:
+            try:
+                foreign: Manifest | None = manifest.decode_unverified(data, rel, path)
+            except StoreError:
+                foreign = None
+            return Listed(path, rel, len(data), error=exc, unverified=foreign)
+        except StoreError as exc:
+            return Listed(path, rel, len(data), error=exc)
+        return Listed(path, rel, len(data), manifest=m, misfiled=self.misfiled(m, path))
+
+    def misfiled(self, m: Manifest, path: PurePath) -> bool:
+        """True when the file *path* of *m* is not in the folder of its cell and key.
+
+        Such a manifest verifies but is never used: a copy, or moved by hand.
+
+        >>> store.misfiled(m, m.path)  # doctest: +SKIP
+        False
+        """
+        return path.parent != self._key_dir(m.cell_id, m.key)
+
+    def relative(self, path: PurePath | str | None) -> str:
+        """*path* as messages name it: relative to the store (``manifests/…``) when inside.
+
+        >>> Store("/tmp/s").relative(Path("/tmp/s/objects/ab/cd"))
+        'objects/ab/cd'
+        """
+        return self._rel(path)
+
+    def heal_info(self) -> None:
+        """Write ``store.json`` or its backup again where one is damaged or missing.
+
+        Raises :class:`FormatTooNew` (nothing is touched) for a store of a newer format.
+
+        >>> Store("s").heal_info()  # doctest: +SKIP
+        """
+        self._resolve_info(heal=True)
+
     def history(self, cell_id: str) -> list[Manifest]:
         """Every verified checkpoint of *cell_id* (any key, complete or not), oldest first."""
         _check_cell_id(cell_id)
@@ -1355,23 +1414,15 @@ class Store:
             for path in self._manifest_paths(self._all_cell_dirs()):
                 rel = self._rel(path)
                 try:
-                    doc = manifest._parse(Path(path).read_bytes(), rel)
-                    doc.pop("signature", None)
-                    m = manifest._build(doc, path, rel)
+                    m = manifest.decode_unverified(Path(path).read_bytes(), rel, path)
                 except FileNotFoundError:
                     continue
                 except StoreError as exc:
                     problems.append(f"not adopted: {exc}")
                     continue
-                bad = [
-                    f"{self.blobs.relpath(r.blob)} {problem}"
-                    for r in m.blob_refs()
-                    if (problem := self.blobs.check(r.blob, r.algo, r.checksum, r.size))
-                ]
-                if bad:
-                    problems.append(
-                        f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + "."
-                    )
+                refused = refusal(m, self.blobs, rel)
+                if refused is not None:
+                    problems.append(refused)
                     continue
                 manifest.resign(path, self.key, root=self.root)
                 count += 1

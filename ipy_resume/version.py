@@ -1,0 +1,7 @@
+"""The package version, in a module of its own so that any module can read it.
+
+>>> __version__
+'0.1.0'
+"""
+
+__version__ = "0.1.0"
