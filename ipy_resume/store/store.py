@@ -1148,9 +1148,7 @@ class Store:
             jobs = [
                 (
                     r.blob,
-                    pool.submit(
-                        self.blobs.read, r.blob, r.algo, r.checksum, r.size, context=context
-                    ),
+                    pool.submit(self._fetch, r, context, cache),
                 )
                 for r in sorted(todo.values(), key=lambda r: -r.size)
             ]
@@ -1183,9 +1181,43 @@ class Store:
     def _blob(self, m: Manifest, ref: BlobRef, cache: dict[Any, Any]) -> np.ndarray:
         buf = cache.get(ref.blob)
         if buf is None:
-            buf = self.blobs.read(ref.blob, ref.algo, ref.checksum, ref.size, context=m.describe())
-            cache[ref.blob] = buf
+            buf = cache[ref.blob] = self._fetch(ref, m.describe(), cache)
         return buf
+
+    def _maps(self, ref: BlobRef) -> bool:
+        mapping = getattr(self.blobs, "mapping", None)
+        return ref.kind == "hdf5" and mapping is not None and bool(mapping(ref.size))
+
+    def _fetch(self, ref: BlobRef, context: str, cache: dict[Any, Any]) -> np.ndarray:
+        """The verified bytes of *ref*'s blob: a copy-on-write map for a large HDF5 array
+        of a local store, else a read; ``cache[("how", blob)]`` says which."""
+        if self._maps(ref):
+            mapped = self.blobs.map(ref.blob, ref.algo, ref.checksum, ref.size, context=context)
+            if mapped is not None:
+                cache[("how", ref.blob)] = "mapped"
+                return mapped
+        cache[("how", ref.blob)] = "read"
+        return self.blobs.read(ref.blob, ref.algo, ref.checksum, ref.size, context=context)
+
+    def restore_paths(self, manifest: Manifest) -> dict[str, str]:
+        """How a restore would load each value of *manifest*: ``"mapped"`` or ``"read"``.
+
+        >>> Store("/tmp/doc-store").restore_paths(m)  # doctest: +SKIP
+        {'big': 'mapped', 'small': 'read'}
+        """
+        return {n: "mapped" if self._maps(r) else "read" for n, r in manifest.values.items()}
+
+    @staticmethod
+    def paths_taken(
+        manifest: Manifest, cache: dict[Any, Any], names: Iterable[str]
+    ) -> dict[str, str]:
+        """How a load with *cache* did load each of *names* (see :meth:`restore_paths`)."""
+        out = {}
+        for name in names:
+            ref = manifest.values.get(name)
+            if ref is not None:
+                out[name] = cache.get(("how", ref.blob), "read")
+        return out
 
     def _decode(
         self,
