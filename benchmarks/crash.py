@@ -14,8 +14,8 @@ Per repetition, with one float64 array of 1 GiB at ``--scale 1``:
   (the first touch of every page);
 * ``np_load_s`` and ``np_load_sum_s``: the same for ``np.load``.
 
-Repetitions: ``--repeat``, at least 5 (``IPY_RESUME_BENCH_CRASH_REPEAT`` raises the
-floor).  Targets: the median restore at most 0.6x the median ``np.load``, and the
+Repetitions: ``--repeat``, at least 5; ``IPY_RESUME_BENCH_CRASH_REPEAT=N`` sets that
+floor to N instead (the smoke test lowers it).  Targets: the median restore at most 0.6x the median ``np.load``, and the
 spread (max - min) of the restores no wider than that of ``np.load``.
 
 ``python -m benchmarks.crash restore|npload ...`` is the fresh process itself.

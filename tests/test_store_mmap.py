@@ -142,7 +142,7 @@ def test_small_arrays_object_stores_and_the_switch_take_the_read_path(
     cache: dict[Any, Any] = {}
     out = store.load_values(m.manifest, cache=cache)
     assert store.paths_taken(m.manifest, cache, out) == {"small": "read", "big": "read"}
-    assert np.array_equal(out["big"], ARRAYS["c_order"])
+    assert np.array_equal(out["big"], ARRAYS["c_order"])  # type: ignore[arg-type]
     monkeypatch.delenv("IPY_RESUME_MMAP")
     # past the limit of live maps (file descriptors), blobs are read
     monkeypatch.setattr(blobs, "MAP_LIVE_MAX", 0)
@@ -160,7 +160,7 @@ def test_a_store_in_a_bucket_is_read_not_mapped(s3_url: str) -> None:
         cache: dict[Any, Any] = {}
         out = fresh.load_values(saved.manifest, cache=cache)
         assert fresh.paths_taken(saved.manifest, cache, out) == {"a": "read"}
-        assert np.array_equal(out["a"], ARRAYS["c_order"])
+        assert np.array_equal(out["a"], ARRAYS["c_order"])  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="statfs f_type is Linux's")
