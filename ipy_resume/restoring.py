@@ -31,7 +31,7 @@ class Loaded:
     sources: dict[str, Manifest] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # settings that could not be re-applied
     members: dict[str, set[int]] = field(default_factory=dict)  # manifest id -> objects held
-    how: dict[str, str] = field(default_factory=dict)  # name -> "mapped" or "read"
+    how: dict[str, str] = field(default_factory=dict)  # name -> Store.restore_paths' words
 
     def how_text(self) -> str:
         """The restore's journal detail: which values were mapped and which read.
@@ -40,7 +40,7 @@ class Loaded:
         'mapped: a; read: b'
         """
         parts = []
-        for path in ("mapped", "read"):
+        for path in ("mapped", "buffers mapped", "read"):
             names = sorted(n for n, h in self.how.items() if h == path)
             if names:
                 shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")

@@ -243,3 +243,79 @@ def test_show_says_which_names_a_restore_maps(
     assert cli.main(["show", "both", "--store", str(store.root)]) == 0
     off = capsys.readouterr().out
     assert "(mapped)" not in off and "big" in off and "(read)" in off
+
+
+FRAME = (
+    "%%checkpoint frame\nimport numpy as np, pandas as pd\n"
+    f"df = pd.DataFrame({{'x': np.arange({BIG}.0), 'k': np.arange({BIG})}})\n"
+    f"box = {{'arr': np.arange({BIG}.0)}}\nn = 3"
+)
+FRAME_CHECKS = {
+    "x": "float(df['x'].sum())",
+    "arr": "float(box['arr'][-1])",
+    "type": "type(box['arr']) is np.ndarray",
+}
+
+
+def test_large_buffers_of_pickled_values_are_mapped_and_writes_stay_private(
+    isolated: Path,
+) -> None:
+    tmp_path = isolated
+    first = run_process(tmp_path, [FRAME], FRAME_CHECKS)
+    store = Store(tmp_path / "store")
+    (manifest,) = [m for m in store.manifests() if m.cell_id == "frame"]
+    assert store.restore_paths(manifest) == {
+        "df": "buffers mapped",
+        "box": "buffers mapped",
+        "n": "read",
+        "np": "read",
+        "pd": "read",
+    }
+    raw = {b.blob for ref in manifest.values.values() for b in ref.buffers}
+    assert len(raw) == 2  # df's 'x' and box's 'arr' are equal: stored once
+    before = {a: _file_digest(Path(store.blobs.path(a))) for a in raw}
+
+    write = "box['arr'][:] = -1.0; df.loc[0, 'x'] = 1e9"
+    second = run_process(tmp_path, [FRAME, write], FRAME_CHECKS)
+    assert "restored" in second["cells"][0]["stderr"], second["cells"][0]
+    assert second["eval"]["arr"] == "-1.0" and second["eval"]["type"] == "True"
+    assert float(second["eval"]["x"]) == float(first["eval"]["x"]) + 1e9
+    assert {a: _file_digest(Path(store.blobs.path(a))) for a in raw} == before
+    assert Store(tmp_path / "store").verify() == []
+    assert run_process(tmp_path, [FRAME], FRAME_CHECKS)["eval"] == first["eval"]
+    restores = [e for e in store.journal().events() if e.outcome == "restored"]
+    assert {e.detail for e in restores} == {"buffers mapped: box, df; read: n, np, pd"}
+
+
+def test_the_magic_show_says_mapped(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell(f"%%checkpoint m\nimport numpy as np\nbig = np.arange({BIG}.0)\nk = 1")
+    capsys.readouterr()
+    shell.run_line_magic("checkpoint", "show m")
+    shown = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in shown.splitlines() if line.startswith("  ")}
+    assert lines["big"].endswith("(mapped)") and lines["k"].endswith("(read)"), shown
+
+
+@pytest.mark.parametrize("mmap", ["1", "0"])
+def test_equal_arrays_of_distinct_objects_come_back_as_distinct_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mmap: str
+) -> None:
+    # Content addressing stores equal arrays once; the restored values must still be
+    # distinct (a write to one must not show in the other), mapped or read.
+    monkeypatch.setenv("IPY_RESUME_MMAP", mmap)
+    a, b = np.arange(float(BIG)), np.arange(float(BIG))
+    values = {"a": a, "b": b, "same": a, "box1": {"x": a.copy()}, "box2": {"y": a.copy()}}
+    store = Store(tmp_path / "store", key=b"k" * 32)
+    saved = store.save("eq", "0" * 32, values, extras={}, info={})
+    refs = saved.manifest.values
+    assert refs["a"].blob == refs["b"].blob  # stored once
+    out: Any = Store(tmp_path / "store", key=b"k" * 32).load_values(saved.manifest)
+    assert out["a"] is out["same"]  # one object stays one object
+    out["a"][0] = -1.0
+    out["box1"]["x"][0] = -2.0
+    assert out["b"][0] == 0.0 and out["box2"]["y"][0] == 0.0
+    assert not np.shares_memory(out["a"], out["b"])
+    assert not np.shares_memory(out["box1"]["x"], out["box2"]["y"])
+    assert np.array_equal(out["b"], b) and np.array_equal(out["box2"]["y"], a)

@@ -12,7 +12,8 @@ none after); the checksum is computed over that buffer, chunk by chunk right
 behind the reader (in a helper thread for large blobs: both hashes release the
 GIL), before anything is decoded.
 
-Large HDF5 blobs of a local store are *mapped* instead (:meth:`BlobStore.map`): a
+Large HDF5 and raw (out-of-band buffer) blobs of a local store are *mapped*
+instead (:meth:`BlobStore.map`): a
 private, copy-on-write memory map of the whole file (``MAP_PRIVATE``), verified
 over the mapped bytes before anything is decoded.  The pages are the page cache's
 own until the kernel writes one, which then becomes a private copy; nothing
