@@ -72,12 +72,25 @@ _CHUNK = 8 << 20
 _PIPELINE_MIN = 32 << 20
 
 MAP_MIN = 2 << 20
-"""HDF5 blobs at least this large are mapped rather than read.  Below it a read into
+"""HDF5 and raw blobs at least this large are mapped rather than read.  Below it a read into
 reused memory is as fast (64 KiB: 37 us read, 51 us mapped; 1 MiB: 130 / 176 us;
 4 MiB: 600 / 200 us, measured with repeated restores in one process)."""
-MAP_LIVE_MAX = 512
+
+
+def _live_max() -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 256
+    return 512 if soft == resource.RLIM_INFINITY else max(0, min(512, soft // 4))
+
+
+MAP_LIVE_MAX = _live_max()
 """At most this many blobs are mapped at once; more are read (each map holds a file
-descriptor on Python < 3.13, and the soft limit is often 1024)."""
+descriptor on Python < 3.13): 512, or a quarter of the soft limit of open files when
+that is lower (256 for the usual 1024)."""
 # madvise(MADV_POPULATE_READ) (Linux 5.14): map the page cache pages ahead of the hash,
 # in one call per chunk, and report an unreadable page as an error instead of SIGBUS.
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)

@@ -46,7 +46,7 @@ from ipy_resume.store import (
 )
 from ipy_resume.store.audit import Audit
 from ipy_resume.store.audit import audit as audit_store
-from ipy_resume.store.blobs import MAP_MIN, SHA256, XXH3, BlobStore
+from ipy_resume.store.blobs import MAP_MIN, SHA256, XXH3, BlobStore, aligned_empty
 from ipy_resume.store.fsio import (
     CorruptBlob,
     FormatTooNew,
@@ -1218,7 +1218,11 @@ class Store:
             buf = cache[ref.blob] = self._fetch(ref, m.describe(), cache)
         if own:
             if ("taken", ref.blob) in cache:
-                return self._fetch(ref, m.describe(), {})
+                if cache.get(("how", ref.blob)) == "mapped":
+                    return self._fetch(ref, m.describe(), {})  # another map: no copy
+                copy = aligned_empty(buf.nbytes)  # of bytes verified already
+                copy[:] = buf
+                return copy
             cache[("taken", ref.blob)] = True
         return buf
 
