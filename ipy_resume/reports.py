@@ -72,8 +72,8 @@ def describe(
 ) -> dict[str, Any]:
     """Everything ``show`` prints about a checkpoint (``short_id``: see :func:`record`).
 
-    *paths*: how a restore from this store would load each name (``"mapped"`` or
-    ``"read"``, :meth:`Store.restore_paths`), shown as ``restore``.
+    *paths*: how a restore from this store would load each name (``"mapped"``,
+    ``"buffers mapped"`` or ``"read"``, :meth:`Store.restore_paths`), shown as ``restore``.
 
     >>> describe(m)["id"]  # doctest: +SKIP
     '0190ab3f2a9c1d2e'

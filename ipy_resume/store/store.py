@@ -1231,8 +1231,8 @@ class Store:
         return ref.kind in ("hdf5", "raw") and mapping is not None and bool(mapping(ref.size))
 
     def _fetch(self, ref: BlobRef, context: str, cache: dict[Any, Any]) -> np.ndarray:
-        """The verified bytes of *ref*'s blob: a copy-on-write map for a large HDF5 array
-        of a local store, else a read; ``cache[("how", blob)]`` says which."""
+        """The verified bytes of *ref*'s blob: a copy-on-write map for a large HDF5 or raw
+        blob of a local store, else a read; ``cache[("how", blob)]`` says which."""
         if self._maps(ref):
             mapped = self.blobs.map(ref.blob, ref.algo, ref.checksum, ref.size, context=context)
             if mapped is not None:
