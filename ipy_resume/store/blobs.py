@@ -93,7 +93,9 @@ descriptor on Python < 3.13): 512, or a quarter of the soft limit of open files 
 that is lower (256 for the usual 1024)."""
 # madvise(MADV_POPULATE_READ) (Linux 5.14): map the page cache pages ahead of the hash,
 # in one call per chunk, and report an unreadable page as an error instead of SIGBUS.
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+_MADV_POPULATE_READ: int | None = getattr(
+    mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None
+)
 _live_maps = 0
 _live_lock = threading.Lock()
 # statfs f_type of filesystems where a page fault may fail or see another client's write
@@ -268,7 +270,8 @@ def _hash_mapped(mm: mmap.mmap, size: int, algo: str, checksum: str) -> str | No
         for start in range(0, size, _CHUNK):
             n = min(_CHUNK, size - start)
             try:
-                mm.madvise(_MADV_POPULATE_READ, start, n)
+                if _MADV_POPULATE_READ is not None:
+                    mm.madvise(_MADV_POPULATE_READ, start, n)
             except OSError as exc:
                 if exc.errno in (errno.EIO, errno.EFAULT, errno.ENOMEM, errno.EBUSY):
                     return f"could not be read ({os.strerror(exc.errno)})"
