@@ -17,6 +17,9 @@ Workloads (sizes at ``--scale 1``; the issue's):
 11. a 1 GiB checkpoint through ``s3://`` (moto on 127.0.0.1) against s3fs moving the same
     bytes, and its second restore from the local cache against ``np.load``
     (:mod:`benchmarks.s3`).
+12. a restore of a 1 GiB array as after a crash: each restore in a fresh process,
+    alternating with ``np.load`` in a fresh process, at least 5 of each
+    (:mod:`benchmarks.crash`).
 
 Everything runs in this process tree: one worker process per workload and group
 (``benchmarks.worker``), one process per notebook run for workload 6
@@ -40,7 +43,7 @@ from typing import Any
 from benchmarks import notebook, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
-ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"]
+ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"]
 RESULTS = Path(__file__).resolve().parent / "results"
 SLOW_S = 20.0
 """A peer whose run after restart takes longer than this is measured once (time budget)."""

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import baselines, batch, corpus, graphs, peers, s3
+from benchmarks import baselines, batch, corpus, crash, graphs, peers, s3
 from benchmarks.harness import (
     BenchError,
     Probe,
@@ -711,4 +711,5 @@ WORKLOADS: dict[str, dict[str, Callable[[Ctx], None]]] = {
     "9": {"main": graphs.workload},
     "10": {"main": batch.workload},
     "11": {"main": s3.workload},
+    "12": {"main": crash.workload},
 }

@@ -226,7 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(reports.table(manifests, store.journal().events(), short))
         elif args.command == "show":
             manifest = reports.resolve(store.manifests(), args.target)
-            details = reports.describe(manifest, store.short_id(manifest.id))
+            details = reports.describe(
+                manifest, store.short_id(manifest.id), store.restore_paths(manifest)
+            )
             if args.json:
                 print(json.dumps(details, indent=2, default=str))
             else:

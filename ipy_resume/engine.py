@@ -566,6 +566,7 @@ class Engine:
             saved=max(duration - elapsed, 0.0),
             io=elapsed,
             bytes=0,
+            detail=loaded.how_text(),
         )
         self.record(outcome, opts.cell_id, host)
         has_result = bool(manifest.info.get("has_result"))

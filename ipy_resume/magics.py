@@ -347,7 +347,8 @@ class CheckpointMagics(Magics):
                     raise UsageError("usage: %checkpoint show TARGET")
                 manifest = reports.resolve(store.manifests(), rest[0])
                 short = store.short_id(manifest.id)
-                print(reports.details_text(reports.describe(manifest, short)))
+                paths = store.restore_paths(manifest)
+                print(reports.details_text(reports.describe(manifest, short, paths)))
             elif command == "restore":
                 if len(rest) != 1:
                     raise UsageError("usage: %checkpoint restore TARGET")

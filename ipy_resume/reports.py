@@ -67,15 +67,25 @@ def record(manifest: Manifest, short_id: str | None = None) -> dict[str, Any]:
     }
 
 
-def describe(manifest: Manifest, short_id: str | None = None) -> dict[str, Any]:
+def describe(
+    manifest: Manifest, short_id: str | None = None, paths: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Everything ``show`` prints about a checkpoint (``short_id``: see :func:`record`).
+
+    *paths*: how a restore from this store would load each name (``"mapped"``,
+    ``"buffers mapped"`` or ``"read"``, :meth:`Store.restore_paths`), shown as ``restore``.
 
     >>> describe(m)["id"]  # doctest: +SKIP
     '0190ab3f2a9c1d2e'
     """
     summaries = manifest.info.get("names", {})
     names = {
-        name: {**summaries.get(name, {}), "stored_as": ref.kind, "stored_bytes": ref.size}
+        name: {
+            **summaries.get(name, {}),
+            "stored_as": ref.kind,
+            "stored_bytes": ref.size,
+            **({"restore": paths[name]} if paths and name in paths else {}),
+        }
         for name, ref in manifest.values.items()
     }
     return {
@@ -161,8 +171,9 @@ def details_text(details: dict[str, Any]) -> str:
         shape = f" shape {tuple(info['shape'])}" if "shape" in info else ""
         dtype = f" {info['dtype']}" if "dtype" in info else ""
         size = info.get("bytes", info.get("stored_bytes", 0))
+        how = f"  ({info['restore']})" if "restore" in info else ""
         lines.append(
-            f"  {name:<20} {info.get('type', '?')}{dtype}{shape}  {format_size(int(size))}"
+            f"  {name:<20} {info.get('type', '?')}{dtype}{shape}  {format_size(int(size))}{how}"
         )
     for name in details.get("deleted", []):
         lines.append(f"  {name:<20} (deleted)")

@@ -33,6 +33,21 @@ class Loaded:
     sources: dict[str, Manifest] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # settings that could not be re-applied
     members: dict[str, set[int]] = field(default_factory=dict)  # manifest id -> objects held
+    how: dict[str, str] = field(default_factory=dict)  # name -> Store.restore_paths' words
+
+    def how_text(self) -> str:
+        """The restore's journal detail: which values were mapped and which read.
+
+        >>> Loaded({}, {}, how={"a": "mapped", "b": "read"}).how_text()
+        'mapped: a; read: b'
+        """
+        parts = []
+        for path in ("mapped", "buffers mapped", "read"):
+            names = sorted(n for n, h in self.how.items() if h == path)
+            if names:
+                shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
+                parts.append(f"{path}: {shown}")
+        return "; ".join(parts)
 
     @property
     def files(self) -> dict[str, bytes]:
@@ -88,7 +103,10 @@ def load(
         raise
     extras["settings"] = recorded
     members = {m_id: store.members(m, cache) for m_id, m in manifests.items()}
-    return Loaded(values, extras, sources, problems, members)
+    how: dict[str, str] = {}
+    for manifest_id, names in by_manifest.items():
+        how.update(store.paths_taken(manifests[manifest_id], cache, names))
+    return Loaded(values, extras, sources, problems, members, how)
 
 
 def apply(

@@ -65,6 +65,47 @@ def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     assert any(name.startswith("W1 save") for name in names)
 
 
+@pytest.mark.timeout(300)
+def test_restore_after_a_crash_runs_in_fresh_processes_at_tiny_scale(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")
+    env["IPY_RESUME_BENCH_CRASH_REPEAT"] = "2"
+    env.pop("IPY_RESUME_DIR", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--scale",
+            "0.004",  # 4 MiB: mapped (below 2 MiB it would be read)
+            "--repeat",
+            "1",
+            "--only",
+            "12",
+            "--no-chart",
+            "--name",
+            "smoke12",
+            "--results",
+            str(tmp_path / "results"),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "## W12 restore as after a crash" in proc.stdout
+    result = json.loads((tmp_path / "results" / "smoke12.json").read_text())
+    samples = result["samples"]["12"]
+    assert len(samples["ipy_resume"]["restore_s"]) == len(samples["baseline"]["np_load_s"]) == 2
+    assert not result["notes"]["12"], result["notes"]["12"]  # each restore hit, and was mapped
+    crash = result["summary"]["crash"]
+    assert crash["runs"] == 2 and crash["restore_range"][0] <= crash["restore_range"][1]
+
+
 def test_results_a_peer_gets_by_not_answering_are_not_ranked() -> None:
     # ipycache's "hit" of a changed input is fast because it returns the stale result; the
     # table and the chart must not count it as a win or a loss.

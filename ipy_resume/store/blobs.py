@@ -11,18 +11,36 @@ Reads go into one page-aligned ``uint8`` buffer (one copy from the page cache,
 none after); the checksum is computed over that buffer, chunk by chunk right
 behind the reader (in a helper thread for large blobs: both hashes release the
 GIL), before anything is decoded.
+
+Large HDF5 and raw (out-of-band buffer) blobs of a local store are *mapped*
+instead (:meth:`BlobStore.map`): a
+private, copy-on-write memory map of the whole file (``MAP_PRIVATE``), verified
+over the mapped bytes before anything is decoded.  The pages are the page cache's
+own until the kernel writes one, which then becomes a private copy; nothing
+written reaches the file.  Mapping is skipped (the blob is read) below
+:data:`MAP_MIN` bytes, on a network or FUSE filesystem, with ``IPY_RESUME_MMAP=0``,
+and past :data:`MAP_LIVE_MAX` live maps (each holds a file descriptor before
+Python 3.13).  Committed blobs are never truncated or rewritten (gc unlinks,
+quarantine renames), so a map stays valid for as long as the kernel holds it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import errno
+import functools
 import hashlib
+import mmap
 import os
 import queue
 import re
 import secrets
+import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,11 +51,14 @@ import xxhash
 from ipy_resume.store import fsio
 
 __all__ = [
+    "MAP_LIVE_MAX",
+    "MAP_MIN",
     "SHA256",
     "XXH3",
     "BlobStore",
     "algo_of",
     "digest",
+    "mapping_disabled_reason",
     "new_hasher",
     "valid_address",
 ]
@@ -49,6 +70,51 @@ _ADDRESS = re.compile(r"[0-9a-f]{32}([0-9a-f]{32})?")
 _PAGE = 4096
 _CHUNK = 8 << 20
 _PIPELINE_MIN = 32 << 20
+
+MAP_MIN = 2 << 20
+"""HDF5 and raw blobs at least this large are mapped rather than read.  Below it a read into
+reused memory is as fast (64 KiB: 37 us read, 51 us mapped; 1 MiB: 130 / 176 us;
+4 MiB: 600 / 200 us, measured with repeated restores in one process)."""
+
+
+def _live_max() -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 256
+    return 512 if soft == resource.RLIM_INFINITY else max(0, min(512, soft // 4))
+
+
+MAP_LIVE_MAX = _live_max()
+"""At most this many blobs are mapped at once; more are read (each map holds a file
+descriptor on Python < 3.13): 512, or a quarter of the soft limit of open files when
+that is lower (256 for the usual 1024)."""
+# madvise(MADV_POPULATE_READ) (Linux 5.14): map the page cache pages ahead of the hash,
+# in one call per chunk, and report an unreadable page as an error instead of SIGBUS.
+_MADV_POPULATE_READ: int | None = getattr(
+    mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None
+)
+_live_maps = 0
+_live_lock = threading.Lock()
+# statfs f_type of filesystems where a page fault may fail or see another client's write
+# (close-to-open consistency; a lost connection turns a page fault into SIGBUS)
+_REMOTE_FS = {
+    0x6969: "nfs",
+    0x517B: "smb",
+    0xFF534D42: "cifs",
+    0xFE534D42: "smb2",
+    0x65735546: "fuse",
+    0x01021997: "9p",
+    0x00C36400: "ceph",
+    0x0BD00BD0: "lustre",
+    0x47504653: "gpfs",
+    0x5346414F: "afs",
+    0x6B414653: "afs",
+    0x73757245: "coda",
+    0x564C: "ncp",
+}
 
 
 class Hasher(Protocol):
@@ -100,6 +166,57 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     return raw[pad : pad + nbytes]
 
 
+@functools.lru_cache(maxsize=1)
+def _libc() -> Any:
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def filesystem_type(path: str | os.PathLike[str]) -> int | None:
+    """The ``statfs`` ``f_type`` of the filesystem holding *path* (Linux), else None.
+
+    >>> filesystem_type("/proc") == 0x9FA0  # doctest: +SKIP
+    True
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux
+    try:
+        if _libc().statfs(os.fsencode(path), buf) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+def mapping_disabled_reason(root: str | os.PathLike[str]) -> str | None:
+    """Why blobs under *root* are read rather than mapped; None when they are mapped.
+
+    >>> os.environ["IPY_RESUME_MMAP"] = "0"; mapping_disabled_reason("/tmp")
+    'IPY_RESUME_MMAP=0'
+    >>> del os.environ["IPY_RESUME_MMAP"]
+    """
+    if os.environ.get("IPY_RESUME_MMAP", "1").strip().lower() in ("0", "off", "no", "false"):
+        return "IPY_RESUME_MMAP=0"
+    if not hasattr(mmap, "ACCESS_COPY") or os.name != "posix":
+        return "no copy-on-write maps on this platform"
+    return _remote_reason(os.path.abspath(root))
+
+
+@functools.lru_cache(maxsize=64)
+def _remote_reason(root: str) -> str | None:
+    path = root
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)  # the store may not exist yet: ask its parent
+    kind = _REMOTE_FS.get(filesystem_type(path) or 0)
+    return None if kind is None else f"the store is on a {kind} filesystem"
+
+
+def _map_released() -> None:
+    global _live_maps
+    with _live_lock:
+        _live_maps -= 1
+
+
 class _Short(Exception):
     def __init__(self, got: int) -> None:
         self.got = got
@@ -144,6 +261,23 @@ def _read_hashed(f: Any, buf: np.ndarray, h: Hasher) -> None:
         thread.join()
     if failure:  # pragma: no cover
         raise failure[0]
+
+
+def _hash_mapped(mm: mmap.mmap, size: int, algo: str, checksum: str) -> str | None:
+    """None when the mapped bytes hash to *checksum*, else what is wrong with them."""
+    h = new_hasher(algo)
+    with memoryview(mm) as view:
+        for start in range(0, size, _CHUNK):
+            n = min(_CHUNK, size - start)
+            try:
+                if _MADV_POPULATE_READ is not None:
+                    mm.madvise(_MADV_POPULATE_READ, start, n)
+            except OSError as exc:
+                if exc.errno in (errno.EIO, errno.EFAULT, errno.ENOMEM, errno.EBUSY):
+                    return f"could not be read ({os.strerror(exc.errno)})"
+                # EINVAL: a kernel before 5.14; the hash below faults the pages in itself
+            h.update(view[start : start + n])
+    return None if h.hexdigest() == checksum else "failed its checksum"
 
 
 class BlobStore:
@@ -268,6 +402,71 @@ class BlobStore:
             path=rel,
             reason=problem,
         )
+
+    def mapping(self, size: int) -> bool:
+        """True when a blob of *size* bytes of this store would be mapped (see :meth:`map`)."""
+        return size >= MAP_MIN and mapping_disabled_reason(self.root) is None
+
+    def map(
+        self, address: str, algo: str, checksum: str, size: int, *, context: str
+    ) -> np.ndarray | None:
+        """The verified bytes of a blob as a copy-on-write map (a writeable uint8 array).
+
+        Fails as :meth:`read` does, quarantining a bad file; None when the file cannot be
+        mapped (too many live maps, an error of ``mmap``): the caller reads it instead.
+        Nothing of the map is handed out before its checksum matched.
+        """
+        global _live_maps
+        path = self.path(address)
+        rel = self.relpath(address)
+        with _live_lock:
+            if _live_maps >= MAP_LIVE_MAX:
+                return None
+            _live_maps += 1
+        counted = True
+        try:
+            try:
+                f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
+            except FileNotFoundError:
+                raise fsio.MissingBlob(
+                    f"{context} cannot be restored: {rel} is missing; it will be recomputed. "
+                    "Run 'ipy-resume verify' to list others.",
+                    path=rel,
+                    reason="missing",
+                ) from None
+            mm: mmap.mmap | None = None
+            with f:
+                st = os.fstat(f.fileno())
+                problem = None
+                if st.st_size < size:
+                    problem = f"is truncated ({st.st_size} of {size} bytes)"
+                elif st.st_size > size:
+                    problem = f"has the wrong size ({st.st_size} bytes, expected {size})"
+                else:
+                    try:
+                        extra = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+                        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY, **extra)
+                    except (OSError, ValueError):
+                        return None
+                    problem = _hash_mapped(mm, size, algo, checksum)
+            if problem is not None:
+                if mm is not None:
+                    mm.close()  # nothing views it yet
+                moved = self.quarantine(address, only=(st.st_dev, st.st_ino))
+                where = "it was moved to quarantine/ and" if moved else "it"
+                raise fsio.CorruptBlob(
+                    f"{context} is corrupt: {rel} {problem}; {where} will be recomputed. "
+                    "Run 'ipy-resume verify' to list others.",
+                    path=rel,
+                    reason=problem,
+                )
+            assert mm is not None
+            weakref.finalize(mm, _map_released)
+            counted = False
+            return np.frombuffer(mm, dtype=np.uint8)
+        finally:
+            if counted:
+                _map_released()
 
     def check(self, address: str, algo: str, checksum: str, size: int) -> str | None:
         """Verify a blob without keeping it in memory; None when sound, else what is wrong."""

@@ -47,7 +47,7 @@ from ipy_resume.store import (
 )
 from ipy_resume.store.audit import Audit, refusal
 from ipy_resume.store.audit import audit as audit_store
-from ipy_resume.store.blobs import SHA256, XXH3, BlobStore
+from ipy_resume.store.blobs import MAP_MIN, SHA256, XXH3, BlobStore, aligned_empty
 from ipy_resume.store.fsio import (
     CorruptBlob,
     FormatTooNew,
@@ -407,6 +407,30 @@ class Writer:
                     member=member,
                 )
         self._pack, self._pack_size, self._pending = [], 0, []
+
+
+# Types of values that never hold an out-of-band buffer (their summary's "type").
+_INLINE_TYPES = frozenset(
+    {"int", "float", "complex", "bool", "str", "bytes", "NoneType", "module", "function", "type"}
+)
+
+
+def _path(
+    ref: BlobRef, mapped: Callable[[BlobRef], bool], summary: Mapping[str, Any] | None = None
+) -> str:
+    """``"mapped"`` (an HDF5 array), ``"buffers mapped"`` (a pickled value that may hold
+    large out-of-band buffers of its pickle, and they are mapped), or ``"read"``.
+
+    Values pickled together share their buffers; *summary* (the manifest's summary of
+    the value) rules out the ones too small, or of a type, to hold one.
+    """
+    if ref.kind == "hdf5":
+        return "mapped" if mapped(ref) else "read"
+    summary = summary or {}
+    nbytes = summary.get("bytes")
+    if summary.get("type") in _INLINE_TYPES or (isinstance(nbytes, int) and nbytes < MAP_MIN):
+        return "read"
+    return "buffers mapped" if any(mapped(b) for b in ref.buffers) else "read"
 
 
 class Store:
@@ -1283,9 +1307,7 @@ class Store:
             jobs = [
                 (
                     r.blob,
-                    pool.submit(
-                        self.blobs.read, r.blob, r.algo, r.checksum, r.size, context=context
-                    ),
+                    pool.submit(self._fetch, r, context, cache),
                 )
                 for r in sorted(todo.values(), key=lambda r: -r.size)
             ]
@@ -1315,12 +1337,70 @@ class Store:
         with self._sweeping(manifest):
             return {n: self._decode(manifest, n, manifest.extras[n], cache) for n in wanted}
 
-    def _blob(self, m: Manifest, ref: BlobRef, cache: dict[Any, Any]) -> np.ndarray:
+    def _blob(
+        self, m: Manifest, ref: BlobRef, cache: dict[Any, Any], *, own: bool = False
+    ) -> np.ndarray:
+        """The verified bytes of *ref*'s blob, read or mapped once per load (*cache*).
+
+        With *own*, the bytes become the memory of a value: equal arrays of distinct
+        objects are stored once (content addressing), and two values built over one
+        memory would see each other's writes, so every value after the first that a
+        load builds over this blob gets memory of its own.  (One object held by two
+        values is one value here: the pickler's memo and links keep it shared.)
+        """
         buf = cache.get(ref.blob)
         if buf is None:
-            buf = self.blobs.read(ref.blob, ref.algo, ref.checksum, ref.size, context=m.describe())
-            cache[ref.blob] = buf
+            buf = cache[ref.blob] = self._fetch(ref, m.describe(), cache)
+        if own:
+            if ("taken", ref.blob) in cache:
+                if cache.get(("how", ref.blob)) == "mapped":
+                    return self._fetch(ref, m.describe(), {})  # another map: no copy
+                copy = aligned_empty(buf.nbytes)  # of bytes verified already
+                copy[:] = buf
+                return copy
+            cache[("taken", ref.blob)] = True
         return buf
+
+    def _maps(self, ref: BlobRef) -> bool:
+        mapping = getattr(self.blobs, "mapping", None)  # (a bucket's blobs are never mapped)
+        return ref.kind in ("hdf5", "raw") and mapping is not None and bool(mapping(ref.size))
+
+    def _fetch(self, ref: BlobRef, context: str, cache: dict[Any, Any]) -> np.ndarray:
+        """The verified bytes of *ref*'s blob: a copy-on-write map for a large HDF5 or raw
+        blob of a local store, else a read; ``cache[("how", blob)]`` says which."""
+        if self._maps(ref):
+            mapped = self.blobs.map(ref.blob, ref.algo, ref.checksum, ref.size, context=context)
+            if mapped is not None:
+                cache[("how", ref.blob)] = "mapped"
+                return mapped
+        cache[("how", ref.blob)] = "read"
+        return self.blobs.read(ref.blob, ref.algo, ref.checksum, ref.size, context=context)
+
+    def restore_paths(self, manifest: Manifest) -> dict[str, str]:
+        """How a restore would load each value of *manifest*: ``"mapped"``, ``"buffers mapped"``
+        (a pickled value whose large out-of-band buffers are mapped) or ``"read"``.
+
+        >>> Store("/tmp/doc-store").restore_paths(m)  # doctest: +SKIP
+        {'big': 'mapped', 'small': 'read'}
+        """
+        summaries = manifest.info.get("names") or {}
+        return {n: _path(r, self._maps, summaries.get(n)) for n, r in manifest.values.items()}
+
+    @staticmethod
+    def paths_taken(
+        manifest: Manifest, cache: dict[Any, Any], names: Iterable[str]
+    ) -> dict[str, str]:
+        """How a load with *cache* did load each of *names* (see :meth:`restore_paths`)."""
+        out = {}
+        for name in names:
+            ref = manifest.values.get(name)
+            if ref is not None:
+                out[name] = _path(
+                    ref,
+                    lambda r: cache.get(("how", r.blob)) == "mapped",
+                    (manifest.info.get("names") or {}).get(name),
+                )
+        return out
 
     def _decode(
         self,
@@ -1330,20 +1410,21 @@ class Store:
         cache: dict[Any, Any],
         linker: Linker | None = None,
     ) -> object:
-        buf = self._blob(m, ref, cache)
+        buf = self._blob(m, ref, cache, own=ref.kind == "hdf5")
         try:
             if ref.kind == "hdf5":
                 assert ref.shape is not None and ref.order is not None
                 return codecs.decode_array(buf, ref.offset, ref.dtype, ref.shape, ref.order)
             if ref.kind == "pickle":
-                buffers = [self._blob(m, b, cache) for b in ref.buffers]
                 assert ref.length is not None
                 stream = buf.data[ref.offset : ref.offset + ref.length]
                 if ref.member is None:
+                    buffers = [self._blob(m, b, cache, own=True) for b in ref.buffers]
                     return codecs.unpickle_value(stream, buffers)
                 where = ("group", ref.blob, ref.offset)
                 group = cache.get(where)
-                if group is None:
+                if group is None:  # (its members share one stream: its buffers are used once)
+                    buffers = [self._blob(m, b, cache, own=True) for b in ref.buffers]
                     held: set[int] = set()
                     group = codecs.unpickle_group(
                         stream, buffers, lambda tok: self._linked(m, tok, cache, linker), held
