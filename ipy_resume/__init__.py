@@ -51,10 +51,27 @@ def load_ipython_extension(ipython: Any) -> None:
 
         # Timeline events of saves the background writer finished during the cell.
         ipython.events.register("post_run_cell", lambda *_: background.drain())
+        _wake_on_saves(ipython)
     # The side panel's channel; a no-op outside a kernel, idempotent inside one.
     from .comm import register
 
     register(ipython)
+
+
+def _wake_on_saves(ipython: Any) -> None:
+    """In a kernel: record each background save's event, and tell the panel, as soon as
+    the save is durable (on the kernel's main thread, between cells)."""
+    loop = getattr(getattr(ipython, "kernel", None), "io_loop", None)
+    if loop is None or not hasattr(loop, "add_callback"):
+        return  # a terminal or a test shell: the next cell drains
+    from .comm import notify_changed
+    from .store import background
+
+    def settle() -> None:
+        background.drain()
+        notify_changed(ipython)
+
+    background.set_waker(lambda: loop.add_callback(settle))
 
 
 def unload_ipython_extension(ipython: Any) -> None:

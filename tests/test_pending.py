@@ -313,3 +313,30 @@ def test_a_forked_child_that_fails_fails_the_save_once_and_keeps_the_values(
     assert os.strerror(errno.ENOSPC) in err
     assert Store(isolated / "store").manifests() == []
     assert pending.records(isolated / "store") == [] and staged_files(isolated / "store") == []
+
+
+def test_in_a_kernel_a_background_saves_event_follows_the_commit_not_the_next_cell(
+    tmp_path: Path,
+) -> None:
+    """The writer wakes the kernel's main thread when a save is durable: its timeline
+    event (what the panel shows) is written then, with no further cell run."""
+    from kernel_utils import Kernel, kernel_env
+
+    from ipy_resume.store.journal import Journal
+
+    env = kernel_env(tmp_path)
+    env.pop("IPY_RESUME_BACKGROUND", None)
+    with Kernel(tmp_path, env) as kernel:
+        kernel.run("%load_ext ipy_resume")
+        ran = kernel.run("%%checkpoint late --quiet\nimport numpy as np\nx = np.ones(2_000_000)")
+        assert ran.error is None, ran.stderr
+        store = Path(env["IPY_RESUME_DIR"])
+        deadline = time.monotonic() + 30
+        events: list[object] = []
+        while time.monotonic() < deadline:
+            if (store / "journal.sqlite").exists():
+                events = [e for e in Journal(store).events() if e.cell_id == "late"]
+                if events:
+                    break
+            time.sleep(0.1)
+        assert events, "the save's event waited for another cell"

@@ -59,6 +59,7 @@ __all__ = [
     "enabled",
     "flush",
     "pending",
+    "set_waker",
     "submit",
 ]
 
@@ -168,6 +169,20 @@ class _Writer:
 
 _writer = _Writer()
 _atexit_registered = False
+_waker: Callable[[], None] | None = None
+
+
+def set_waker(wake: Callable[[], None] | None) -> None:
+    """Call *wake* (from the writer thread) whenever a save finishes.
+
+    A kernel passes a function that schedules :func:`drain` on its main thread (the
+    timeline event and the panel's update then follow the commit at once, not the
+    next cell).  *wake* must be thread-safe and quick.
+
+    >>> set_waker(lambda: loop.add_callback(drain))  # doctest: +SKIP
+    """
+    global _waker
+    _waker = wake
 
 
 def _finish(job: Job) -> None:
@@ -184,6 +199,10 @@ def _finish(job: Job) -> None:
             notify(job)
     job.snapshot.writer.deferred = []  # the copies are not needed any more
     job.event.set()
+    wake = _waker
+    if wake is not None:
+        with contextlib.suppress(Exception):  # a kernel shutting down must not stop the writer
+            wake()
 
 
 def attach(
