@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import file_deps, restoring, rng, settings
 from .analysis import AnalysisError, CellAnalysis, analyze
@@ -29,9 +29,12 @@ from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
 from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError, background, location
-from .store.journal import Event, Journal
+from .store.journal import Event
 from .store.location import default_store_dir
 from .units import format_size
+
+if TYPE_CHECKING:
+    from .store.journal import Journal
 
 FORMAT_VERSION = "1"
 SAVING_LINE_MIN = 32 << 20

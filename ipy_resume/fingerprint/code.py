@@ -275,7 +275,7 @@ def _c_code(fp: Fingerprinter, co: types.CodeType) -> bytes:
         b"".join(pack_u64(n) for n in counts),
         co.co_code,
         getattr(co, "co_exceptiontable", b""),
-        fp._digest(co.co_consts),
+        fp.digest_child(co.co_consts),
         _names_digest(co.co_names),
         _names_digest(co.co_varnames),
         _names_digest(co.co_freevars),
@@ -294,7 +294,7 @@ def _closure_digest(fp: Fingerprinter, fn: types.FunctionType) -> bytes:
         except ValueError:
             out += EMPTY_CELL_DIGEST
         else:
-            out += fp._digest(contents)
+            out += fp.digest_child(contents)
     return bytes(out)
 
 
@@ -311,20 +311,20 @@ def _c_function(fp: Fingerprinter, fn: types.FunctionType) -> bytes:
         return digest_bytes(
             b"libclosure",
             ref,
-            fp._digest(fn.__code__),
-            fp._digest(fn.__defaults__),
-            fp._digest(fn.__kwdefaults__),
+            fp.digest_child(fn.__code__),
+            fp.digest_child(fn.__defaults__),
+            fp.digest_child(fn.__kwdefaults__),
             _closure_digest(fp, fn),
         )
     code = fn.__code__
     parts: list[bytes] = [
         b"function",
         qualname.encode("utf-8", "surrogatepass"),
-        fp._digest(code),
-        fp._digest(fn.__defaults__),
-        fp._digest(fn.__kwdefaults__),
+        fp.digest_child(code),
+        fp.digest_child(fn.__defaults__),
+        fp.digest_child(fn.__kwdefaults__),
         _closure_digest(fp, fn),
-        fp._digest(fn.__dict__.get("__wrapped__")),
+        fp.digest_child(fn.__dict__.get("__wrapped__")),
     ]
     # The globals the function reads, transitively: editing a helper it calls, or data it
     # reads, changes its fingerprint.
@@ -332,11 +332,11 @@ def _c_function(fp: Fingerprinter, fn: types.FunctionType) -> bytes:
     found = sorted(name for name in names if name in fn.__globals__)
     parts.append(pack_u64(len(found)))
     for name in found:
-        parts += [name.encode("utf-8", "surrogatepass"), fp._digest(fn.__globals__[name])]
+        parts += [name.encode("utf-8", "surrogatepass"), fp.digest_child(fn.__globals__[name])]
     modules = sorted(name for name in imports if name in sys.modules)
     parts.append(pack_u64(len(modules)))
     for name in modules:
-        parts += [name.encode(), fp._digest(sys.modules[name])]
+        parts += [name.encode(), fp.digest_child(sys.modules[name])]
     return digest_bytes(*parts)
 
 
@@ -367,14 +367,14 @@ def _c_class(fp: Fingerprinter, cls: type) -> bytes:
     parts: list[bytes] = [
         b"class",
         str(qualname).encode("utf-8", "surrogatepass"),
-        fp._digest(type(cls)),
-        fp._ordered(cls.__bases__),
+        fp.digest_child(type(cls)),
+        fp.ordered(cls.__bases__),
     ]
     members = sorted(
         ((k, v) for k, v in cls.__dict__.items() if k not in _CLASS_SKIP), key=lambda kv: kv[0]
     )
     for name, member in members:
-        parts += [str(name).encode("utf-8", "surrogatepass"), fp._digest(member)]
+        parts += [str(name).encode("utf-8", "surrogatepass"), fp.digest_child(member)]
     return digest_bytes(*parts)
 
 
@@ -402,7 +402,7 @@ def _c_method(fp: Fingerprinter, m: types.MethodType) -> bytes:
         # say) is not part of the function's identity.
         assert isinstance(owner, str) and isinstance(name, str)
         return libref(b"libmethod", owner, name)
-    return hash128(b"method\0" + fp._digest(m.__self__) + fp._digest(func))
+    return hash128(b"method\0" + fp.digest_child(m.__self__) + fp.digest_child(func))
 
 
 def _c_builtin_function(fp: Fingerprinter, f: Any) -> bytes:
@@ -419,7 +419,7 @@ def _c_builtin_function(fp: Fingerprinter, f: Any) -> bytes:
         if not is_user_module(candidate) and _exported_as(f, candidate, name):
             assert isinstance(candidate, str)
             return libref(b"libbuiltin", candidate, name)
-    return digest_bytes(b"boundbuiltin", fp._digest(owner), str(qualname).encode())
+    return digest_bytes(b"boundbuiltin", fp.digest_child(owner), str(qualname).encode())
 
 
 def _c_descriptor(fp: Fingerprinter, d: Any) -> bytes:
@@ -427,7 +427,7 @@ def _c_descriptor(fp: Fingerprinter, d: Any) -> bytes:
     if owner is None:
         owner = getattr(d, "__self__", None)
     return digest_bytes(
-        b"descriptor", type(d).__name__.encode(), str(d.__name__).encode(), fp._digest(owner)
+        b"descriptor", type(d).__name__.encode(), str(d.__name__).encode(), fp.digest_child(owner)
     )
 
 
@@ -435,10 +435,10 @@ def _c_partial(fp: Fingerprinter, p: Any) -> bytes:
     extra = getattr(p, "__dict__", None)
     return hash128(
         b"partial\0"
-        + fp._digest(type(p))
-        + fp._digest(p.func)
-        + fp._digest(p.args)
-        + fp._digest(p.keywords)
+        + fp.digest_child(type(p))
+        + fp.digest_child(p.func)
+        + fp.digest_child(p.args)
+        + fp.digest_child(p.keywords)
         + (c_dict(fp, extra) if extra else NONE_DIGEST)
     )
 
@@ -446,24 +446,26 @@ def _c_partial(fp: Fingerprinter, p: Any) -> bytes:
 def _c_property(fp: Fingerprinter, p: property) -> bytes:
     return hash128(
         b"property\0"
-        + fp._digest(type(p))
-        + fp._digest(p.fget)
-        + fp._digest(p.fset)
-        + fp._digest(p.fdel)
-        + fp._digest(p.__doc__)
+        + fp.digest_child(type(p))
+        + fp.digest_child(p.fget)
+        + fp.digest_child(p.fset)
+        + fp.digest_child(p.fdel)
+        + fp.digest_child(p.__doc__)
     )
 
 
 def _c_wrapper(fp: Fingerprinter, w: Any) -> bytes:
-    return hash128(b"wrapper\0" + fp._digest(type(w)) + fp._digest(w.__func__))
+    return hash128(b"wrapper\0" + fp.digest_child(type(w)) + fp.digest_child(w.__func__))
 
 
 def _c_cached_property(fp: Fingerprinter, p: Any) -> bytes:
-    return hash128(b"cached_property\0" + fp._digest(p.func) + fp._digest(p.attrname))
+    return hash128(b"cached_property\0" + fp.digest_child(p.func) + fp.digest_child(p.attrname))
 
 
 def _c_lru_cache(fp: Fingerprinter, w: Any) -> bytes:
-    return hash128(b"lru_cache\0" + fp._digest(w.__wrapped__) + fp._digest(w.cache_parameters()))
+    return hash128(
+        b"lru_cache\0" + fp.digest_child(w.__wrapped__) + fp.digest_child(w.cache_parameters())
+    )
 
 
 def _unpicklable(kind: str) -> Handler:

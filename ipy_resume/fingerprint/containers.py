@@ -30,7 +30,7 @@ from .primitives import (
 
 
 def _c_list(fp: Fingerprinter, v: Any) -> bytes:
-    dg, atomic = fp._digest, RESOLVED_ATOMIC.get
+    dg, atomic = fp.digest_child, RESOLVED_ATOMIC.get
     buf = bytearray(b"list\0")
     for item in v:
         a = atomic(type(item))
@@ -39,7 +39,7 @@ def _c_list(fp: Fingerprinter, v: Any) -> bytes:
 
 
 def c_tuple(fp: Fingerprinter, v: Any) -> bytes:
-    dg, atomic = fp._digest, RESOLVED_ATOMIC.get
+    dg, atomic = fp.digest_child, RESOLVED_ATOMIC.get
     buf = bytearray(b"tuple\0")
     for item in v:
         a = atomic(type(item))
@@ -48,7 +48,7 @@ def c_tuple(fp: Fingerprinter, v: Any) -> bytes:
 
 
 def c_dict(fp: Fingerprinter, v: Any) -> bytes:
-    dg, atomic = fp._digest, RESOLVED_ATOMIC.get
+    dg, atomic = fp.digest_child, RESOLVED_ATOMIC.get
     pairs = []
     for key, value in dict.items(v):
         a = atomic(type(key))
@@ -59,7 +59,7 @@ def c_dict(fp: Fingerprinter, v: Any) -> bytes:
 
 
 def _sorted_items(fp: Fingerprinter, v: Any) -> bytes:
-    dg, atomic = fp._digest, RESOLVED_ATOMIC.get
+    dg, atomic = fp.digest_child, RESOLVED_ATOMIC.get
     digests = []
     for item in v:
         a = atomic(type(item))
@@ -78,46 +78,48 @@ def _c_frozenset(fp: Fingerprinter, v: Any) -> bytes:
 
 def _c_ordereddict(fp: Fingerprinter, v: Any) -> bytes:
     # OrderedDict equality depends on order, so the digest does too.
-    return hash128(b"OrderedDict\0" + fp._pairs(collections.OrderedDict.items(v), ordered=True))
+    return hash128(b"OrderedDict\0" + fp.pairs(collections.OrderedDict.items(v), ordered=True))
 
 
 def _c_defaultdict(fp: Fingerprinter, v: Any) -> bytes:
-    return hash128(b"defaultdict\0" + fp._digest(v.default_factory) + fp._pairs(dict.items(v)))
+    return hash128(b"defaultdict\0" + fp.digest_child(v.default_factory) + fp.pairs(dict.items(v)))
 
 
 def _c_mappingproxy(fp: Fingerprinter, v: Any) -> bytes:
-    return hash128(b"mappingproxy\0" + fp._pairs(v.items()))
+    return hash128(b"mappingproxy\0" + fp.pairs(v.items()))
 
 
 def _c_dict_keys(fp: Fingerprinter, v: Any) -> bytes:
-    return hash128(b"dict_keys\0" + fp._unordered(v))
+    return hash128(b"dict_keys\0" + fp.unordered(v))
 
 
 def _c_dict_values(fp: Fingerprinter, v: Any) -> bytes:
-    return hash128(b"dict_values\0" + fp._ordered(v))
+    return hash128(b"dict_values\0" + fp.ordered(v))
 
 
 def _c_dict_items(fp: Fingerprinter, v: Any) -> bytes:
-    return hash128(b"dict_items\0" + fp._pairs(v))
+    return hash128(b"dict_items\0" + fp.pairs(v))
 
 
 def _c_slice(fp: Fingerprinter, v: slice) -> bytes:
-    return hash128(b"slice\0" + fp._digest(v.start) + fp._digest(v.stop) + fp._digest(v.step))
+    return hash128(
+        b"slice\0" + fp.digest_child(v.start) + fp.digest_child(v.stop) + fp.digest_child(v.step)
+    )
 
 
 def _c_datetime(fp: Fingerprinter, v: datetime.datetime) -> bytes:
     naive = v.replace(tzinfo=None).isoformat().encode()
-    return hash128(b"datetime\0" + fp._digest(v.tzinfo) + bytes([v.fold]) + naive)
+    return hash128(b"datetime\0" + fp.digest_child(v.tzinfo) + bytes([v.fold]) + naive)
 
 
 def _c_time(fp: Fingerprinter, v: datetime.time) -> bytes:
     naive = v.replace(tzinfo=None).isoformat().encode()
-    return hash128(b"time\0" + fp._digest(v.tzinfo) + bytes([v.fold]) + naive)
+    return hash128(b"time\0" + fp.digest_child(v.tzinfo) + bytes([v.fold]) + naive)
 
 
 def _c_union(fp: Fingerprinter, v: Any) -> bytes:
     # int | str == str | int
-    return hash128(b"union\0" + fp._unordered(v.__args__))
+    return hash128(b"union\0" + fp.unordered(v.__args__))
 
 
 _BASE_CONTENT: dict[type, Handler] = {
@@ -163,7 +165,7 @@ def _c_builtin_subclass(fp: Fingerprinter, v: Any) -> bytes:
     content = next(_BASE_CONTENT[k] for k in t.__mro__ if k in _BASE_CONTENT)
     state = instance_state(v)
     state_digest = NONE_DIGEST if state is None else c_dict(fp, state)
-    return hash128(b"subclass\0" + fp._digest(t) + content(fp, v) + state_digest)
+    return hash128(b"subclass\0" + fp.digest_child(t) + content(fp, v) + state_digest)
 
 
 def _builtin_subclass_rule(t: type) -> Rule | None:

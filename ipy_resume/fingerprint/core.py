@@ -3,8 +3,8 @@
 A *rule* says how to fingerprint the instances of one exact type.  It is either an *atomic*
 function ``f(value) -> bytes`` for values that refer to no other object, or a pair
 ``(handler, memo_kind)`` for composites, where ``handler(fingerprinter, value) -> bytes``
-returns a digest of the value's tag and contents and calls ``fingerprinter._digest(child)`` (or
-the public :meth:`Fingerprinter.digest`) for every object the value refers to.  A handler must
+returns a digest of the value's tag and contents and calls ``fingerprinter.digest_child(child)``
+(or the public :meth:`Fingerprinter.digest`) for every object the value refers to.  A handler must
 be a pure function of the value and of the digests of its children: it may be called more than
 once for one object (see "Cycles" below), and must then return the same bytes for the same
 children's digests.
@@ -543,6 +543,13 @@ class Fingerprinter:
         if not ordered:
             pairs.sort()
         return hash128(b"".join(pairs))
+
+    # What a rule's handler calls (the same functions, so no call costs more): the digest
+    # of one child, and of a sequence, a collection and the (key, value) pairs of children.
+    digest_child = _digest
+    ordered = _ordered
+    unordered = _unordered
+    pairs = _pairs
 
 
 # ---- registry and type resolution -------------------------------------------------------------

@@ -103,7 +103,7 @@ def c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
     dt = arr.dtype
     head = hash128(_dtype_token(dt)) + pack_u64(arr.ndim) + b"".join(pack_u64(n) for n in arr.shape)
     if dt.hasobject or dt.kind not in _RAW_KINDS:
-        return hash128(b"ndarray-items\0" + head + fp._ordered(arr.flat))
+        return hash128(b"ndarray-items\0" + head + fp.ordered(arr.flat))
     chunks: Iterable[Any]
     if arr.flags.c_contiguous:
         order, chunks = b"C", (arr,)
@@ -126,7 +126,7 @@ def _c_ndarray_subclass(fp: Fingerprinter, arr: Any) -> bytes:
     state = instance_state(arr)
     return hash128(
         b"ndarray-subclass\0"
-        + fp._digest(type(arr))
+        + fp.digest_child(type(arr))
         + c_ndarray(fp, arr.view(np.ndarray))
         + (NONE_DIGEST if state is None else c_dict(fp, state))
     )
@@ -138,11 +138,11 @@ def _c_masked_array(fp: Fingerprinter, arr: Any) -> bytes:
     ma = sys.modules["numpy.ma"]
     return hash128(
         b"masked-array\0"
-        + fp._digest(type(arr))
+        + fp.digest_child(type(arr))
         + c_ndarray(fp, arr.view(np.ndarray))
-        + fp._digest(ma.getmask(arr))
-        + fp._digest(arr.fill_value)
-        + fp._digest(bool(arr.hardmask))
+        + fp.digest_child(ma.getmask(arr))
+        + fp.digest_child(arr.fill_value)
+        + fp.digest_child(bool(arr.hardmask))
     )
 
 
@@ -163,35 +163,40 @@ def _a_numpy_scalar(v: Any) -> bytes:
 def _c_numpy_void(fp: Fingerprinter, v: Any) -> bytes:
     token = hash128(_dtype_token(v.dtype))
     if v.dtype.hasobject:
-        return hash128(b"npvoid-items\0" + token + fp._digest(v.item()))
+        return hash128(b"npvoid-items\0" + token + fp.digest_child(v.item()))
     return hash128(b"npscalar\0" + token + v.tobytes())
 
 
 def _c_np_generator(fp: Fingerprinter, g: Any) -> bytes:
-    return hash128(b"np.Generator\0" + fp._digest(type(g)) + fp._digest(g.bit_generator))
+    return hash128(b"np.Generator\0" + fp.digest_child(type(g)) + fp.digest_child(g.bit_generator))
 
 
 def _c_np_bit_generator(fp: Fingerprinter, bg: Any) -> bytes:
     seed_seq = getattr(bg, "seed_seq", getattr(bg, "_seed_seq", None))
     return hash128(
-        b"np.BitGenerator\0" + fp._digest(type(bg)) + fp._digest(bg.state) + fp._digest(seed_seq)
+        b"np.BitGenerator\0"
+        + fp.digest_child(type(bg))
+        + fp.digest_child(bg.state)
+        + fp.digest_child(seed_seq)
     )
 
 
 def _c_np_random_state(fp: Fingerprinter, rs: Any) -> bytes:
     return hash128(
-        b"np.RandomState\0" + fp._digest(type(rs)) + fp._digest(rs.get_state(legacy=False))
+        b"np.RandomState\0"
+        + fp.digest_child(type(rs))
+        + fp.digest_child(rs.get_state(legacy=False))
     )
 
 
 def _c_np_seed_sequence(fp: Fingerprinter, s: Any) -> bytes:
     return hash128(
         b"np.SeedSequence\0"
-        + fp._digest(type(s))
-        + fp._digest(s.entropy)
-        + fp._digest(tuple(s.spawn_key))
-        + fp._digest(s.pool_size)
-        + fp._digest(s.n_children_spawned)
+        + fp.digest_child(type(s))
+        + fp.digest_child(s.entropy)
+        + fp.digest_child(tuple(s.spawn_key))
+        + fp.digest_child(s.pool_size)
+        + fp.digest_child(s.n_children_spawned)
     )
 
 

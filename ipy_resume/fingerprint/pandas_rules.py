@@ -60,7 +60,7 @@ def _pd_object_values(fp: Fingerprinter, arr: Any) -> bytes:
             kinds = set(map(type, arr[mask].tolist()))
             joined = _joined_strings(arr[~mask].tolist()) if len(kinds) == 1 else None
             if joined is not None:
-                kind = fp._digest(kinds.pop())
+                kind = fp.digest_child(kinds.pop())
                 return hash128(b"pd.strings.masked\0" + kind + c_ndarray(fp, mask) + joined)
     return c_ndarray(fp, arr)
 
@@ -81,7 +81,7 @@ def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
     if isinstance(values, pd.Categorical):
         return hash128(
             b"pd.Categorical\0"
-            + fp._digest(values.categories)
+            + fp.digest_child(values.categories)
             + (b"\1" if values.ordered else b"\0")
             + c_ndarray(fp, np.asarray(values.codes))
         )
@@ -107,33 +107,33 @@ def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
         if not (isinstance(raw, np.ndarray) and raw.dtype.hasobject):
             raw = values.to_numpy(dtype=object)
         return hash128(b"pd.string\0" + token + _pd_object_values(fp, raw))
-    return hash128(b"pd.extension\0" + token + fp._ordered(values))
+    return hash128(b"pd.extension\0" + token + fp.ordered(values))
 
 
 def _c_pd_index(fp: Fingerprinter, idx: Any) -> bytes:
     pd = sys.modules["pandas"]
-    kind = fp._digest(type(idx))
-    names = fp._digest(list(idx.names))
+    kind = fp.digest_child(type(idx))
+    names = fp.digest_child(list(idx.names))
     if isinstance(idx, pd.MultiIndex):
         import numpy as np
 
-        levels = fp._ordered(idx.levels)
+        levels = fp.ordered(idx.levels)
         codes = b"".join(c_ndarray(fp, np.asarray(c)) for c in idx.codes)
         return hash128(b"pd.MultiIndex\0" + kind + names + levels + codes)
     if isinstance(idx, pd.RangeIndex):
         bounds = atomic_int(idx.start) + atomic_int(idx.stop) + atomic_int(idx.step)
         return hash128(b"pd.RangeIndex\0" + kind + names + bounds)
-    freq = fp._digest(getattr(idx, "freqstr", None))
+    freq = fp.digest_child(getattr(idx, "freqstr", None))
     return hash128(b"pd.Index\0" + kind + names + freq + _pd_values(fp, idx.array))
 
 
 def _c_pd_series(fp: Fingerprinter, s: Any) -> bytes:
     return hash128(
         b"pd.Series\0"
-        + fp._digest(type(s))
-        + fp._digest(s.name)
-        + fp._digest(s.index)
-        + fp._digest(s.attrs)
+        + fp.digest_child(type(s))
+        + fp.digest_child(s.name)
+        + fp.digest_child(s.index)
+        + fp.digest_child(s.attrs)
         + _pd_values(fp, s.array)
     )
 
@@ -141,10 +141,10 @@ def _c_pd_series(fp: Fingerprinter, s: Any) -> bytes:
 def _c_pd_frame(fp: Fingerprinter, df: Any) -> bytes:
     parts = [
         b"pd.DataFrame\0",
-        fp._digest(type(df)),
-        fp._digest(df.columns),
-        fp._digest(df.index),
-        fp._digest(df.attrs),
+        fp.digest_child(type(df)),
+        fp.digest_child(df.columns),
+        fp.digest_child(df.index),
+        fp.digest_child(df.attrs),
     ]
     columns = df.iloc
     for i in range(df.shape[1]):
@@ -153,7 +153,7 @@ def _c_pd_frame(fp: Fingerprinter, df: Any) -> bytes:
 
 
 def _c_pd_array(fp: Fingerprinter, arr: Any) -> bytes:
-    return hash128(b"pd.array\0" + fp._digest(type(arr)) + _pd_values(fp, arr))
+    return hash128(b"pd.array\0" + fp.digest_child(type(arr)) + _pd_values(fp, arr))
 
 
 def _pandas_rule(t: type) -> tuple[Handler, int] | None:

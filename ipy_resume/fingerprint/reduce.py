@@ -52,14 +52,14 @@ def c_reduce(fp: Fingerprinter, v: Any) -> bytes:
         return _cloudpickled(v, exc)
     return hash128(
         b"reduce\0"
-        + fp._digest(func)
+        + fp.digest_child(func)
         # args is a new tuple, and the usual state the instance __dict__: digesting them here
         # saves bookkeeping, and a level of recursion per object in linked structures
-        + (c_tuple(fp, args) if type(args) is tuple else fp._digest(args))
-        + (c_dict(fp, state) if type(state) is dict else fp._digest(state))
-        + (NONE_DIGEST if items is None else fp._ordered(items))
-        + (NONE_DIGEST if pairs is None else fp._pairs(pairs))
-        + fp._digest(setter)
+        + (c_tuple(fp, args) if type(args) is tuple else fp.digest_child(args))
+        + (c_dict(fp, state) if type(state) is dict else fp.digest_child(state))
+        + (NONE_DIGEST if items is None else fp.ordered(items))
+        + (NONE_DIGEST if pairs is None else fp.pairs(pairs))
+        + fp.digest_child(setter)
     )
 
 
@@ -75,8 +75,8 @@ def _global_reference(fp: Fingerprinter, v: Any, name: str) -> bytes:
     return hash128(
         b"mainglobal\0"
         + atomic_str(name)
-        + fp._digest(type(v))
-        + fp._digest(wrapped)
+        + fp.digest_child(type(v))
+        + fp.digest_child(wrapped)
         + (NONE_DIGEST if state is None else c_dict(fp, state))
     )
 

@@ -331,10 +331,10 @@ def _names_digest(names: tuple[str, ...]) -> bytes:
 
 def _name_digest(fp: Fingerprinter, key: Any) -> bytes:
     if type(key) is not str:
-        return fp._digest(key)
+        return fp.digest_child(key)
     name = _NAME_DIGESTS.get(key)
     if name is None:
-        name = fp._digest(key)
+        name = fp.digest_child(key)
         if len(_NAME_DIGESTS) < _NAME_DIGESTS_MAX:
             _NAME_DIGESTS[key] = name
     return name
@@ -358,8 +358,8 @@ def _other_digest(fp: Fingerprinter, obj: Any, value: Any) -> bytes:
         # A method bound to the object itself (a MarkerStyle's _marker_function) counts as
         # its function: through __self__ it would make the object a reference cycle of its own,
         # which costs several passes (see the core module).
-        return hash128(b"mpl.own-method\0" + fp._digest(value.__func__))
-    return fp._digest(value)
+        return hash128(b"mpl.own-method\0" + fp.digest_child(value.__func__))
+    return fp.digest_child(value)
 
 
 def _state_digest(
@@ -375,7 +375,9 @@ def _state_digest(
     as a mark here.
     """
     t = type(obj)
-    type_digest = fp._life.get(address(t)) or fp._digest(t)  # classes live in the lifetime memo
+    type_digest = fp._life.get(address(t)) or fp.digest_child(
+        t
+    )  # classes live in the lifetime memo
     layout = _LAYOUTS.get((t, skip))
     found = None if layout is None else _fitted(fp, obj, state, layout)
     if found is None:
@@ -595,7 +597,7 @@ def _c_mpl_legend(fp: Fingerprinter, legend: Any) -> bytes:
     ]
     for entry, layout in entries:
         if entry is None or not hasattr(entry, "__dict__"):
-            parts += fp._digest(entry)
+            parts += fp.digest_child(entry)
         else:
             parts += _state_digest(fp, entry, vars(entry), _skip_for(type(entry)) | layout)
     return hash128(b"mpl.legend\0" + parts)
@@ -608,7 +610,7 @@ _ARROW_LAYOUT = frozenset({"_posA_posB", "patchA", "patchB"})
 def _c_mpl_annotation(fp: Fingerprinter, text: Any) -> bytes:
     arrow = text.__dict__.get("arrow_patch")
     if arrow is None:
-        arrow_digest = fp._digest(None)
+        arrow_digest = fp.digest_child(None)
     else:
         arrow_digest = _state_digest(fp, arrow, vars(arrow), _skip_for(type(arrow)) | _ARROW_LAYOUT)
     return hash128(b"mpl.annotation\0" + _c_mpl_text(fp, text) + arrow_digest)
@@ -629,7 +631,7 @@ def _c_mpl_axis(fp: Fingerprinter, axis: Any) -> bytes:
     label_layout = _POSITION if d.get("_autolabelpos", True) else frozenset()
     for text, layout in ((label, label_layout), (offset, _OFFSET_TEXT)):
         if text is None or not hasattr(text, "__dict__"):
-            parts += fp._digest(text)
+            parts += fp.digest_child(text)
         else:
             parts += _state_digest(fp, text, vars(text), _skip_for(type(text)) | layout)
     return hash128(b"mpl.axis\0" + parts)
@@ -649,7 +651,7 @@ def _c_mpl_spine(fp: Fingerprinter, spine: Any) -> bytes:
 
 
 def _c_mpl_container(fp: Fingerprinter, container: Any) -> bytes:
-    dg = fp._digest
+    dg = fp.digest_child
     items = bytearray()
     for item in container:
         items += dg(item)
@@ -657,11 +659,11 @@ def _c_mpl_container(fp: Fingerprinter, container: Any) -> bytes:
 
 
 def _c_mpl_type_only(fp: Fingerprinter, obj: Any) -> bytes:
-    return hash128(b"mpl.opaque\0" + fp._digest(type(obj)))
+    return hash128(b"mpl.opaque\0" + fp.digest_child(type(obj)))
 
 
 def _c_mpl_canvas(fp: Fingerprinter, canvas: Any) -> bytes:
-    return hash128(b"mpl.canvas\0" + fp._digest(type(canvas)) + fp._digest(canvas.figure))
+    return hash128(b"mpl.canvas\0" + fp.digest_child(type(canvas)) + fp.digest_child(canvas.figure))
 
 
 def _matplotlib_rule(t: type) -> Rule | None:
@@ -714,7 +716,7 @@ _WIDGET_SKIP = frozenset({"_view_count"})
 
 
 def _c_widget(fp: Fingerprinter, widget: Any) -> bytes:
-    dg = fp._digest
+    dg = fp.digest_child
     pairs = []
     for name in widget.keys:
         if name not in _WIDGET_SKIP:

@@ -51,6 +51,7 @@ from ipy_resume.store.fsio import (
     MissingBlob,
     SaveError,
     StoreError,
+    one_line,
 )
 from ipy_resume.store.leases import GC_MARKER_STALE, LEASE_STALE, marker, stale
 from ipy_resume.store.lock import StoreLocked
@@ -332,7 +333,7 @@ class RemoteStore(Store):
             raise self._save_error(cell_id, exc, None) from exc
 
     def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
-        cell = " ".join(cell_id.split())
+        cell = one_line(cell_id)
         if isinstance(exc, RemoteError):
             return SaveError(
                 f"could not save checkpoint '{cell}': {exc}; nothing was committed and the "

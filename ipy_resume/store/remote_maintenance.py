@@ -194,7 +194,7 @@ def collect(
     grace = store.lease_stale if grace is None else grace
     found = store.audit()
     with contextlib.suppress(StoreError):
-        store._resolve_info(heal=True)
+        store.heal_info()
     gc_marker = f"gc/{manifest.new_checkpoint_id()}.json"
     backend.put(gc_marker, [marker("gc")])
     try:
@@ -213,18 +213,18 @@ def collect(
         report.untrusted_kept = scan.untrusted
         for m in sorted(removed, key=manifest.order_key):
             assert m.path is not None
-            backend.delete(store._rel(m.path))
+            backend.delete(store.relative(m.path))
             report.removed_checkpoints.append((m.id, m.cell_id))
             report.checkpoint_bytes += scan.sizes.get(m.path, 0)
         for path in scan.unreadable:
-            backend.delete(store._rel(path))
-            report.removed_unreadable.append(store._rel(path))
+            backend.delete(store.relative(path))
+            report.removed_unreadable.append(store.relative(path))
         for bad in sorted(str(p) for p in broken if p is not None):
             backend.delete(bad)
             report.removed_broken.append(bad)
         for path in found.strays:
-            backend.delete(store._rel(path))
-            report.removed_strays.append(store._rel(path))
+            backend.delete(store.relative(path))
+            report.removed_strays.append(store.relative(path))
         report.kept_checkpoints = len(kept)
 
         # blobs: only with no save in flight (its lease), and against a fresh listing

@@ -43,6 +43,7 @@ import re
 import sqlite3
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
@@ -349,6 +350,51 @@ def _heal_files(store: Store, report: GcReport) -> None:
     report.removed_journal = [*healer.quarantined]
 
 
+def _remove_leftovers(
+    store: Store,
+    report: GcReport,
+    remove: Callable[[PurePath], bool],
+    grace: float,
+    now: float,
+    locked: bool,
+    staged: set[Path],
+) -> None:
+    """Steps 4-6 of gc: temporary files, the quarantine, and folders left empty.
+
+    *staged* are temporary files a live writer's staged save still names: spared.
+    """
+    # 4. temporary files anywhere in the store
+    for folder, _dirs, names in os.walk(store.root):
+        for name in names:
+            path = Path(folder) / name
+            if (
+                fsio.is_temp_name(name)
+                and _old_enough(path, grace, now)
+                and path.resolve() not in staged
+            ):
+                size = _size(path)
+                if remove(path):
+                    report.removed_temp += 1
+                    report.temp_bytes += size
+
+    # 5. quarantine
+    qdir = store.blobs.quarantine_dir
+    if qdir.is_dir():
+        for path in sorted(qdir.iterdir()):
+            if path.is_file() or path.is_symlink():
+                size = _size(path)
+                if remove(path):
+                    report.removed_quarantine += 1
+                    report.quarantine_bytes += size
+
+    # 6. empty folders (only under a real lock: a save may be creating them)
+    if locked:
+        for top in (store.root / "manifests", store.blobs.objects, qdir):
+            for folder, _dirs, _names in os.walk(top, topdown=False):
+                if Path(folder) != top and _is_empty(folder):
+                    fsio.remove_empty_dir(folder)
+
+
 def collect(
     store: Store,
     *,
@@ -453,36 +499,7 @@ def collect(
                     report.removed_blobs += 1
                     report.blob_bytes += blob_sizes[address]
 
-        # 4. temporary files anywhere in the store
-        for folder, _dirs, names in os.walk(store.root):
-            for name in names:
-                path = Path(folder) / name
-                if (
-                    fsio.is_temp_name(name)
-                    and _old_enough(path, grace, now)
-                    and path.resolve() not in staged
-                ):
-                    size = _size(path)
-                    if remove(path):
-                        report.removed_temp += 1
-                        report.temp_bytes += size
-
-        # 5. quarantine
-        qdir = store.blobs.quarantine_dir
-        if qdir.is_dir():
-            for path in sorted(qdir.iterdir()):
-                if path.is_file() or path.is_symlink():
-                    size = _size(path)
-                    if remove(path):
-                        report.removed_quarantine += 1
-                        report.quarantine_bytes += size
-
-        # 6. empty folders (only under a real lock: a save may be creating them)
-        if locked:
-            for top in (store.root / "manifests", store.blobs.objects, qdir):
-                for folder, _dirs, _names in os.walk(top, topdown=False):
-                    if Path(folder) != top and _is_empty(folder):
-                        fsio.remove_empty_dir(folder)
+        _remove_leftovers(store, report, remove, grace, now, locked, staged)
 
         report.size_after = sum(blob_sizes.get(a, 0) for a in referenced if a in files) + sum(
             scan.sizes.get(m.path, 0) for m in kept if m.path is not None
