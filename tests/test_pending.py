@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,6 +43,19 @@ def stage_and_die(root: Path, values_code: str, cell: str = "c", key: str = KEY)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+
+
+def fresh_shell() -> Any:
+    """A new InteractiveShell with ipy_resume loaded (background saves as configured)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    InteractiveShell.clear_instance()
+    sh = InteractiveShell.instance(config=config)
+    sh.run_line_magic("load_ext", "ipy_resume")
+    return sh
 
 
 def staged_files(root: Path) -> list[Path]:
@@ -239,7 +253,6 @@ def test_a_large_save_is_written_by_a_forked_child_that_sees_the_values_as_they_
     isolated: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
 
     from ipy_resume.store import background, snapshot
 
@@ -255,12 +268,8 @@ def test_a_large_save_is_written_by_a_forked_child_that_sees_the_values_as_they_
 
     monkeypatch.setattr(os, "fork", fork)
     monkeypatch.delenv(background.SWITCH_ENV, raising=False)
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    InteractiveShell.clear_instance()
-    sh = InteractiveShell.instance(config=config)
+    sh = fresh_shell()
     try:
-        sh.run_line_magic("load_ext", "ipy_resume")
         assert sh.run_cell("import numpy as np").success
         assert sh.run_cell("%%checkpoint big --quiet\na = np.full(1_000_000, 3.0)").success
         sh.run_cell("a[:] = -1.0")  # at once: the child must still write 3.0
@@ -281,7 +290,6 @@ def test_a_forked_child_that_fails_fails_the_save_once_and_keeps_the_values(
     import errno
 
     from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
 
     from ipy_resume.store import background, snapshot
 
@@ -295,12 +303,8 @@ def test_a_forked_child_that_fails_fails_the_save_once_and_keeps_the_values(
 
     parent = os.getpid()
     monkeypatch.setattr(pending, "stage_blob", full)
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    InteractiveShell.clear_instance()
-    sh = InteractiveShell.instance(config=config)
+    sh = fresh_shell()
     try:
-        sh.run_line_magic("load_ext", "ipy_resume")
         sh.events.register("post_run_cell", lambda *_: background.flush())
         assert sh.run_cell("import numpy as np").success
         capsys.readouterr()

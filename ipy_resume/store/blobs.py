@@ -354,6 +354,19 @@ class BlobStore:
 
     # -- reading -------------------------------------------------------------
 
+    @staticmethod
+    def _open_blob(path: Path, rel: str, context: str) -> Any:
+        """Open a blob to load it; :class:`fsio.MissingBlob` (the message) when it is gone."""
+        try:
+            return open(path, "rb", buffering=0)  # the caller closes it
+        except FileNotFoundError:
+            raise fsio.MissingBlob(
+                f"{context} cannot be restored: {rel} is missing; it will be recomputed. "
+                "Run 'ipy-resume verify' to list others.",
+                path=rel,
+                reason="missing",
+            ) from None
+
     def read(
         self, address: str, algo: str, checksum: str, size: int, *, context: str
     ) -> np.ndarray:
@@ -365,15 +378,7 @@ class BlobStore:
         """
         path = self.path(address)
         rel = self.relpath(address)
-        try:
-            f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
-        except FileNotFoundError:
-            raise fsio.MissingBlob(
-                f"{context} cannot be restored: {rel} is missing; it will be recomputed. "
-                "Run 'ipy-resume verify' to list others.",
-                path=rel,
-                reason="missing",
-            ) from None
+        f = self._open_blob(path, rel, context)
         with f:
             st = os.fstat(f.fileno())
             actual = st.st_size
@@ -425,15 +430,7 @@ class BlobStore:
             _live_maps += 1
         counted = True
         try:
-            try:
-                f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
-            except FileNotFoundError:
-                raise fsio.MissingBlob(
-                    f"{context} cannot be restored: {rel} is missing; it will be recomputed. "
-                    "Run 'ipy-resume verify' to list others.",
-                    path=rel,
-                    reason="missing",
-                ) from None
+            f = self._open_blob(path, rel, context)
             mm: mmap.mmap | None = None
             with f:
                 st = os.fstat(f.fileno())
