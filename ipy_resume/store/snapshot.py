@@ -212,7 +212,11 @@ class Snapshot:
                 store.root, manifest.encode(self.manifest, store.key), staged
             )
             if _may_fork(self.size):
-                self.child = _fork_writer(todo, path, record)
+                try:
+                    self.child = _fork_writer(todo, path, record)
+                except OSError:  # no memory or processes left for a child: write here
+                    self.child = None
+            if self.child is not None:
                 self.record = path
             else:
                 for address, chunks, size, temp in todo:
