@@ -344,3 +344,25 @@ def test_in_a_kernel_a_background_saves_event_follows_the_commit_not_the_next_ce
                     break
             time.sleep(0.1)
         assert events, "the save's event waited for another cell"
+
+
+def test_a_fork_that_fails_stages_the_save_in_the_kernel(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from ipy_resume.store import snapshot
+
+    monkeypatch.setattr(snapshot, "FORK_MIN", 1 << 10)
+
+    def no_fork() -> int:
+        raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    store = Store(isolated / "store")
+    snap = store.snapshot("c", KEY, {"a": np.arange(10_000.0)})
+    snap.stage()
+    assert snap.child is None and snap.record is not None and snap.record.exists()
+    assert snap.commit().manifest.id == snap.id
+    (m,) = store.manifests()
+    assert np.array_equal(store.load_values(m)["a"], np.arange(10_000.0))  # type: ignore[arg-type]
