@@ -108,17 +108,6 @@ def _exact_round_trip(value: object) -> bool:
     return pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series))
 
 
-def _holds(entry: _Entry, obj: object, members: set[int]) -> bool:
-    """Whether *obj* (an entry's value) holds one of the objects *members* now.
-
-    The ids and addresses recorded when it was saved may belong to objects freed since and
-    reused, so a match there is checked again against what the value holds today.
-    """
-    if entry.members.isdisjoint(members):
-        return False
-    return not codecs.identities([obj]).isdisjoint(members)
-
-
 class SharedObjects:
     """What this process knows of the objects one store holds (the store's ``Linker``).
 
@@ -130,6 +119,9 @@ class SharedObjects:
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}  # token -> entry
         self._checked: dict[str, bool] = {}  # answers of check() during one operation
+        # what each entry's value holds, walked once per operation (a save asks again for
+        # every array it stores and for the group; the walk costs up to ~0.1 s a value)
+        self._walked: dict[str, set[int]] = {}
 
     # ---- what checkpoints stored or restored ---------------------------------------------
 
@@ -172,6 +164,7 @@ class SharedObjects:
                 held,
             )
         self._checked.clear()
+        self._walked.clear()
 
     def restored(self, manifest: Manifest, values: Mapping[str, object]) -> None:
         """Make the fingerprints of *values* (restored from *manifest*) stand for the saved ones.
@@ -249,7 +242,7 @@ class SharedObjects:
             obj = entry.get()
             if obj is MISSING:
                 continue
-            if id(obj) in members or id(obj) in reached or _holds(entry, obj, members):
+            if id(obj) in members or id(obj) in reached or self._holds(tok, entry, obj, members):
                 matched.add(tok.partition("/")[0])
         # All the names of such a checkpoint, not only the one that matched: they share
         # objects among themselves, and storing one of them again alone would part it from
@@ -260,6 +253,20 @@ class SharedObjects:
             if obj is not MISSING and tok.partition("/")[0] in matched:
                 out.setdefault(entry.name, obj)
         return out
+
+    def _holds(self, tok: str, entry: _Entry, obj: object, members: set[int]) -> bool:
+        """Whether *obj* (the value of entry *tok*) holds one of the objects *members* now.
+
+        The ids and addresses recorded when it was saved may belong to objects freed since and
+        reused, so a match there is checked again against what the value holds today (walked
+        once per operation).
+        """
+        if entry.members.isdisjoint(members):
+            return False
+        held = self._walked.get(tok)
+        if held is None:
+            held = self._walked[tok] = codecs.identities([obj])
+        return not held.isdisjoint(members)
 
     def digest(self, value: object) -> str | None:
         """The hex fingerprint a save records for *value* (None when it has none)."""
@@ -273,6 +280,7 @@ class SharedObjects:
     def forget_checks(self) -> None:
         """Start a new operation: objects may have changed since the last answers."""
         self._checked.clear()
+        self._walked.clear()
 
 
 _by_store: dict[str, SharedObjects] = {}
