@@ -68,8 +68,8 @@ def _wake_on_saves(ipython: Any) -> None:
     from .store import background
 
     def settle() -> None:
-        background.drain()
-        notify_changed(ipython)
+        if background.drain():  # (already reported after its cell: nothing new to say)
+            notify_changed(ipython)
 
     background.set_waker(lambda: loop.add_callback(settle))
 

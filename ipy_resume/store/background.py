@@ -332,14 +332,16 @@ def _in_writer() -> bool:
     return _writer.thread is not None and threading.current_thread() is _writer.thread
 
 
-def drain(root: str | os.PathLike[str] | None = None) -> None:
+def drain(root: str | os.PathLike[str] | None = None) -> int:
     """Run the ``done`` callbacks of finished jobs (of *root*, or all), in submission order.
 
-    Never blocks on the writer.  Callbacks run once, on the calling thread.
+    Never blocks on the writer.  Callbacks run once, on the calling thread.  Returns how
+    many jobs it reported.
     """
     if _in_writer() or getattr(_writer.local, "draining", False):
-        return
+        return 0
     _writer.local.draining = True
+    reported = 0
     try:
         for job in pending(root):
             if not job.event.is_set():
@@ -350,10 +352,12 @@ def drain(root: str | os.PathLike[str] | None = None) -> None:
                 job.reported = True
                 with contextlib.suppress(ValueError):
                     _writer.jobs.remove(job)
+            reported += 1
             if job.done is not None:
                 job.done(job)
     finally:
         _writer.local.draining = False
+    return reported
 
 
 def barrier(
