@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import json
 import os
 import platform
 import re
@@ -78,6 +80,54 @@ _PREFETCH_MIN = 16 << 20
 _VERIFY_HINT = "Run 'ipy-resume verify' to list others."
 _ID_CACHE_SECONDS = 5.0
 _READ_CACHE_MAX = 50_000
+# A manifest whose file changed less than this long before it was verified is compared
+# byte for byte on its next read as well: a rewrite within one tick of the filesystem's
+# clock (or 2 s on the coarsest ones) can leave its identity unchanged.
+_RACY_NS = 2_000_000_000
+
+
+@dataclass
+class _Verified:
+    """A manifest file verified in this process, and what identified the file then."""
+
+    ident: tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
+    digest: bytes  # sha256 of the bytes that verified (or that this process signed)
+    manifest: Manifest | None  # None: written here, parsed (not verified again) on first use
+    settled: bool  # the file had not changed for _RACY_NS when it was read
+
+
+# (manifest path, trust id of the key it verified under) -> what was verified; shared by
+# every Store of the process, so the panel's and the CLI helpers' reads reuse the magic's.
+_verified: dict[tuple[str, bytes], _Verified] = {}
+
+
+def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _settled(st: os.stat_result) -> bool:
+    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS
+
+
+def _read_fd(name: str) -> tuple[os.stat_result, bytes]:
+    """The status and the whole content of file *name*, in four system calls."""
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        st = os.fstat(fd)
+        chunks = [os.read(fd, st.st_size + 1)]
+        while chunks[-1]:  # grown since the fstat (never for a committed manifest)
+            chunks.append(os.read(fd, 1 << 16))
+    finally:
+        os.close(fd)
+    return st, b"".join(chunks)
+
+
+def forget_verified() -> None:
+    """Drop every manifest this process verified, so the next reads verify them again.
+
+    >>> forget_verified()
+    """
+    _verified.clear()
 
 
 class DecodeError(StoreError):
@@ -438,10 +488,18 @@ class Store:
         self._suspect: dict[tuple[str, str], set[PurePath]] = {}
         self._journal: Journal | None = None
         self._id_cache: tuple[float, set[str]] | None = None  # (when listed, ids)
-        self._read_cache: dict[PurePath, tuple[bytes, Manifest]] = {}
+        self._read_cache: dict[PurePath, tuple[bytes, Manifest]] = {}  # (object stores')
+        self._trust_of: tuple[bytes, bytes] | None = None  # (key, its trust id)
 
     def __repr__(self) -> str:
         return f"Store({os.fspath(self.root)!r})"
+
+    def _trust(self) -> bytes:
+        """An id of the signing key: what was verified under one key is not under another."""
+        key = self.key
+        if self._trust_of is None or self._trust_of[0] != key:
+            self._trust_of = (key, hashlib.sha256(b"ipy_resume trust\0" + key).digest())
+        return self._trust_of[1]
 
     @property
     def location(self) -> Path | str:
@@ -530,7 +588,9 @@ class Store:
             return os.fspath(path)
 
     def _key_dir(self, cell_id: str, key: str) -> PurePath:
-        return self.root / "manifests" / manifest.cell_dir(cell_id) / key
+        return type(self.root)(
+            os.path.join(os.fspath(self.root), "manifests", manifest.cell_dir(cell_id), key)
+        )
 
     def healing(self, cell_id: str, key: str) -> bool:
         """True when the next save of (cell_id, key) replaces a checkpoint that failed to
@@ -794,6 +854,7 @@ class Store:
                 raise
             m.path = path
             writer.current = None
+            self._remember(path, data)
             if self._id_cache is not None and not quiet:
                 self._id_cache[1].add(m.id)
             return len(data)
@@ -889,33 +950,82 @@ class Store:
 
     # -- finding -------------------------------------------------------------
 
-    def _read(self, path: PurePath) -> Manifest:
-        # A manifest verified before is reused while its file holds the same bytes (compared
-        # whole: cheaper than parsing and verifying again), so listing a store of 10,000
-        # checkpoints again (the panel does after every cell) decodes none of them again.
+    def _read(self, path: PurePath, quick: bool = False) -> Manifest:
+        """The verified manifest at *path*.
+
+        A manifest verified before in this process (under this key) is not verified
+        again while its file holds the same bytes (compared by sha256: cheaper than
+        parsing and verifying again).  With *quick* (finding, listing), the file's
+        identity stands for its bytes: while device, inode, size, mtime and ctime are
+        those seen when it was verified, and it had not changed for 2 s by then, the
+        file is not even read.  See docs/guarantees.md for what that trusts.
+        """
+        name = os.fspath(path)
+        slot = (name, self._trust())
+        known = _verified.get(slot)
+        if quick and known is not None and known.settled and known.manifest is not None:
+            try:
+                st = os.stat(name)
+            except FileNotFoundError:
+                raise
+            except OSError:
+                return manifest.read(path, self.key, root=self.root)  # says why
+            if _ident(st) == known.ident:
+                return known.manifest
         try:
-            data = Path(path).read_bytes()
+            st, data = _read_fd(name)
         except FileNotFoundError:
             raise
         except OSError:
             return manifest.read(path, self.key, root=self.root)  # says why, as a StoreError
-        known = self._read_cache.get(path)
-        if known is not None and known[0] == data:
-            return known[1]
-        rel, store = manifest._names(Path(path), self.root)
-        m = manifest.decode(data, self.key, rel=rel, store=store, path=path)
-        if len(self._read_cache) >= _READ_CACHE_MAX:
-            self._read_cache.clear()
-        self._read_cache[path] = (data, m)
+        digest = hashlib.sha256(data).digest()
+        if known is not None and known.digest == digest:
+            m = known.manifest if known.manifest is not None else self._own(data, path)
+        else:
+            rel, store = manifest._names(Path(path), self.root)
+            m = manifest.decode(data, self.key, rel=rel, store=store, path=path)
+        if len(_verified) >= _READ_CACHE_MAX:
+            _verified.clear()
+        _verified[slot] = _Verified(_ident(st), digest, m, _settled(st))
         return m
+
+    def _own(self, data: bytes, path: PurePath) -> Manifest:
+        """Parse manifest bytes this process signed itself (their sha256 was checked)."""
+        try:
+            return Manifest.from_json(json.loads(data), path)
+        except ValueError:  # cannot happen for bytes manifest.encode made: verify them
+            rel, store = manifest._names(Path(path), self.root)
+            return manifest.decode(data, self.key, rel=rel, store=store, path=path)
+
+    def _remember(self, path: PurePath, data: bytes) -> None:
+        """Note manifest bytes this process just signed and published at *path*."""
+        name = os.fspath(path)
+        try:
+            st = os.stat(name)
+        except OSError:
+            return
+        if st.st_size != len(data):
+            return  # not ours (cannot happen: the file was created exclusively)
+        if len(_verified) >= _READ_CACHE_MAX:
+            _verified.clear()
+        _verified[(name, self._trust())] = _Verified(
+            _ident(st), hashlib.sha256(data).digest(), None, False
+        )
 
     @staticmethod
     def _json_files(folder: PurePath) -> list[PurePath]:
+        top = os.fspath(folder)
         try:
-            names = os.listdir(folder)
+            names = os.listdir(top)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return [folder / n for n in names if n.endswith(".json") and not fsio.is_temp_name(n)]
+        kind = type(folder)
+        # joined as text: a pathlib join per file costs more than the listing
+        return [
+            kind(os.path.join(top, n))
+            for n in names
+            if n.endswith(".json") and not fsio.is_temp_name(n)
+        ]
 
     def _misfiled(self, m: Manifest, cell_id: str, key: str | None) -> StoreError | None:
         if m.cell_id == cell_id and (key is None or m.key == key):
@@ -952,7 +1062,7 @@ class Store:
         # ``created``) wins; a key rarely holds more than a few.
         for path in sorted(self._json_files(self._key_dir(cell_id, key)), reverse=True):
             try:
-                m = self._read(path)
+                m = self._read(path, quick=True)
             except FileNotFoundError:
                 continue  # removed by gc meanwhile
             except (FormatTooNew, Untrusted) as exc:
@@ -986,7 +1096,7 @@ class Store:
     def _verified(self, paths: Iterable[PurePath]) -> Iterator[Manifest]:
         for path in paths:
             try:
-                yield self._read(path)
+                yield self._read(path, quick=True)
             except (FileNotFoundError, StoreError):
                 continue
 
