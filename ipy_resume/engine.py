@@ -585,7 +585,7 @@ class Engine:
         finally:
             _active = outer
         duration = time.perf_counter() - started
-        rng_state = rng.snapshot()
+        rng_state = rng.snapshot(plan.seed)
         files_read = recorder.identities() if recorder is not None else {}
         files_written = [
             path for path in (recorder.outputs() if recorder else []) if path not in opts.files

@@ -276,6 +276,9 @@ class SharedObjects:
 
 
 _by_store: dict[str, SharedObjects] = {}
+# an absolute spelling of a store -> its location.key: resolving walks every folder of
+# the path, and a hit asks twice
+_keys: dict[str, str] = {}
 
 
 def shared_objects(root: str | os.PathLike[str]) -> SharedObjects:
@@ -284,7 +287,14 @@ def shared_objects(root: str | os.PathLike[str]) -> SharedObjects:
     >>> shared_objects("/tmp/a") is shared_objects("/tmp/a")
     True
     """
-    key = location.key(root)
+    spelled = os.fspath(root)
+    key = _keys.get(spelled) if isinstance(spelled, str) else None
+    if key is None:
+        key = location.key(root)
+        if isinstance(spelled, str) and (os.path.isabs(spelled) or location.is_url(spelled)):
+            if len(_keys) >= 1024:
+                _keys.clear()
+            _keys[spelled] = key
     found = _by_store.get(key)
     if found is None:
         found = _by_store[key] = SharedObjects()

@@ -41,8 +41,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _settle(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Treat files as settled at once (the 2 s rule has its own test)."""
+    """Treat files as settled at once (the margin has its own tests)."""
     monkeypatch.setattr(store_module, "_RACY_NS", 0)
+    monkeypatch.setattr(store_module, "_RACY_FINE_NS", 0)
 
 
 def _next_tick() -> None:
@@ -75,17 +76,23 @@ def test_a_settled_manifest_is_not_read_again(
     assert reads == [str(saved.path)] * 2
 
 
-def test_a_fresh_manifest_is_compared_until_it_settles(tmp_path: Path, reads: list[str]) -> None:
+def test_a_fresh_manifest_is_compared_until_it_settles(
+    tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "_RACY_FINE_NS", 10_000_000_000)  # a slow test machine
     store = Store(tmp_path / "st", key=KEY)
     saved = store.save("c", "k1", {"x": 1}).manifest
     for _ in range(3):
         assert store.find("c", "k1") is not None
-    # changed less than 2 s ago: read (and compared by sha256) each time
+    # changed a moment ago: read (and compared by sha256) each time
     assert reads == [str(saved.path)] * 3
 
 
-def test_a_rewrite_in_place_within_one_tick_is_refused(tmp_path: Path) -> None:
+def test_a_rewrite_in_place_within_one_tick_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # no settling and no sleep: the tamper may share the file's mtime and ctime exactly
+    monkeypatch.setattr(store_module, "_RACY_FINE_NS", 10_000_000_000)  # a slow test machine
     store = Store(tmp_path / "st", key=KEY)
     saved = store.save("c", "k1", {"x": 1}).manifest
     assert store.find("c", "k1") is not None
@@ -205,3 +212,41 @@ def test_signer_of_cached_entries_is_the_key_id(tmp_path: Path) -> None:
     (slot,) = list(store_module._verified)
     assert slot[1] != manifest.signer(KEY).encode() and slot[1] != KEY
     assert slot[1] == store._trust()
+
+
+def test_the_margin_follows_the_timestamps_precision() -> None:
+    now = time.time_ns()
+    fine = now - 150_000_000 + 123  # 0.15 s ago, with sub-millisecond digits
+    assert store_module._settled_at(fine, fine, now)
+    assert not store_module._settled_at(fine, now - 50_000_000 + 7, now)  # changed 50 ms ago
+    # whole milliseconds (or seconds): perhaps a coarse filesystem, the 2 s margin applies
+    whole = (now // 10**9 - 1) * 10**9
+    assert not store_module._settled_at(whole, whole, now)
+    assert store_module._settled_at(whole - 2 * 10**9, whole - 2 * 10**9, now)
+
+
+def test_a_real_file_settles(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    st = os.stat(path)
+    if not (st.st_mtime_ns % 1_000_000 and st.st_ctime_ns % 1_000_000):
+        pytest.skip("this filesystem's timestamps are coarse")
+    deadline = time.monotonic() + 10
+    while not store_module._settled(os.stat(path)):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert time.time_ns() - st.st_ctime_ns > store_module._RACY_FINE_NS
+
+
+def test_a_new_checkpoint_of_a_listed_key_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _settle(monkeypatch)
+    store = Store(tmp_path / "st", key=KEY)
+    store.save("c", "k1", {"x": 1})
+    assert store.find("c", "k1") is not None
+    assert store.find("c", "k1") is not None  # the listing is reused now
+    _next_tick()
+    newer = Store(tmp_path / "st", key=KEY).save("c", "k1", {"x": 2}).manifest
+    found = store.find("c", "k1")
+    assert found is not None and found.id == newer.id

@@ -26,6 +26,7 @@ import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -152,6 +153,7 @@ def _common(a: str, b: str) -> int:
     return n
 
 
+@lru_cache(maxsize=4096)  # a pure function; every hit asks
 def cell_dir(cell_id: str) -> str:
     """A filesystem-safe folder name for a CELL_ID: readable slug + 8 hex of its sha256."""
     ascii_form = unicodedata.normalize("NFKD", cell_id).encode("ascii", "ignore").decode("ascii")

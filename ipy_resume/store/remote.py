@@ -437,6 +437,9 @@ class RemoteStore(Store):
             self._listed[obj.key] = obj
         return found
 
+    def _key_files(self, cell_id: str, key: str) -> list[PurePath]:
+        return self._json_files(self._key_dir(cell_id, key))  # a fresh listing each time
+
     def _json_files(self, folder: PurePath) -> list[PurePath]:  # type: ignore[override]
         top = self._rel(folder)
         depth = top.count("/") + 1

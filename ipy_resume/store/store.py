@@ -80,9 +80,12 @@ _PREFETCH_MIN = 16 << 20
 _VERIFY_HINT = "Run 'ipy-resume verify' to list others."
 _ID_CACHE_SECONDS = 5.0
 _READ_CACHE_MAX = 50_000
-# A manifest whose file changed less than this long before it was verified is compared
-# byte for byte on its next read as well: a rewrite within one tick of the filesystem's
-# clock (or 2 s on the coarsest ones) can leave its identity unchanged.
+# A manifest whose file changed less than this long before it was verified is compared by
+# sha256 on its next read as well: a rewrite within one tick of the filesystem's clock can
+# leave its identity unchanged.  Timestamps with sub-millisecond digits come from a clock
+# that ticks at least every 10 ms (Linux's coarse clock at HZ >= 100; ns on APFS, 100 ns on
+# NTFS); whole milliseconds or seconds may mean a coarse filesystem (FAT: 2 s).
+_RACY_FINE_NS = 100_000_000
 _RACY_NS = 2_000_000_000
 
 
@@ -93,7 +96,7 @@ class _Verified:
     ident: tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
     digest: bytes  # sha256 of the bytes that verified (or that this process signed)
     manifest: Manifest | None  # None: written here, parsed (not verified again) on first use
-    settled: bool  # the file had not changed for _RACY_NS when it was read
+    settled: bool  # the file had not changed for the racy margin when it was read
 
 
 # (manifest path, trust id of the key it verified under) -> what was verified; shared by
@@ -101,12 +104,24 @@ class _Verified:
 _verified: dict[tuple[str, bytes], _Verified] = {}
 
 
+# key folder -> (its identity, the manifest files it held, settled): a hit lists the folder
+# of its key again only when the folder changed (an entry added, removed or renamed)
+_listed: dict[str, tuple[tuple[int, int, int, int, int], tuple[PurePath, ...], bool]] = {}
+
+
 def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _settled(st: os.stat_result) -> bool:
-    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS
+    return _settled_at(st.st_mtime_ns, st.st_ctime_ns, time.time_ns())
+
+
+def _settled_at(mtime_ns: int, ctime_ns: int, now_ns: int) -> bool:
+    """True when a file last changed at these times cannot change unseen any more."""
+    fine = mtime_ns % 1_000_000 and ctime_ns % 1_000_000
+    margin = _RACY_FINE_NS if fine else _RACY_NS
+    return now_ns - max(mtime_ns, ctime_ns) > margin
 
 
 def _read_fd(name: str) -> tuple[os.stat_result, bytes]:
@@ -122,12 +137,25 @@ def _read_fd(name: str) -> tuple[os.stat_result, bytes]:
     return st, b"".join(chunks)
 
 
+# (blob, offset, length, member) -> the object those verified bytes decoded to, for extras
+# a caller only reads (see Store.load_extras)
+_decoded: dict[tuple[str, int, int | None, str | None], object] = {}
+_DECODED_MAX = 256
+_DECODED_BYTES = 1 << 16
+
+
+def _reusable(ref: BlobRef) -> bool:
+    return ref.kind == "pickle" and not ref.buffers and (ref.length or 0) <= _DECODED_BYTES
+
+
 def forget_verified() -> None:
     """Drop every manifest this process verified, so the next reads verify them again.
 
     >>> forget_verified()
     """
     _verified.clear()
+    _listed.clear()
+    _decoded.clear()
 
 
 class DecodeError(StoreError):
@@ -957,8 +985,8 @@ class Store:
         again while its file holds the same bytes (compared by sha256: cheaper than
         parsing and verifying again).  With *quick* (finding, listing), the file's
         identity stands for its bytes: while device, inode, size, mtime and ctime are
-        those seen when it was verified, and it had not changed for 2 s by then, the
-        file is not even read.  See docs/guarantees.md for what that trusts.
+        those seen when it was verified, and it had not changed for a while by then
+        (0.1 s, or 2 s where timestamps are coarse), the file is not even read.  See docs/guarantees.md for what that trusts.
         """
         name = os.fspath(path)
         slot = (name, self._trust())
@@ -1027,6 +1055,28 @@ class Store:
             if n.endswith(".json") and not fsio.is_temp_name(n)
         ]
 
+    def _key_files(self, cell_id: str, key: str) -> list[PurePath]:
+        """The manifest files of (cell_id, key), listed again only when the folder changed.
+
+        The folder's identity (as for manifests, with the same margin) stands for its
+        entries; a listing that missed a new file could only give an older checkpoint of
+        the same key, and a file removed since is skipped when it cannot be read.
+        """
+        name = os.path.join(os.fspath(self.root), "manifests", manifest.cell_dir(cell_id), key)
+        try:
+            st = os.stat(name)
+        except OSError:
+            return []
+        ident = _ident(st)
+        known = _listed.get(name)
+        if known is not None and known[2] and known[0] == ident:
+            return list(known[1])
+        files = self._json_files(type(self.root)(name))
+        if len(_listed) >= _READ_CACHE_MAX:
+            _listed.clear()
+        _listed[name] = (ident, tuple(files), _settled(st))
+        return files
+
     def _misfiled(self, m: Manifest, cell_id: str, key: str | None) -> StoreError | None:
         if m.cell_id == cell_id and (key is None or m.key == key):
             return None
@@ -1060,7 +1110,7 @@ class Store:
         bad: list[PurePath] = []
         # Ids are random, so every manifest of the key is read and the newest (by
         # ``created``) wins; a key rarely holds more than a few.
-        for path in sorted(self._json_files(self._key_dir(cell_id, key)), reverse=True):
+        for path in sorted(self._key_files(cell_id, key), reverse=True):
             try:
                 m = self._read(path, quick=True)
             except FileNotFoundError:
@@ -1279,16 +1329,37 @@ class Store:
         manifest: Manifest,
         cache: dict[Any, Any] | None = None,
         names: Iterable[str] | None = None,
+        reuse: Iterable[str] = (),
     ) -> dict[str, object]:
         """The extras of a verified checkpoint (verified like values).
 
         Pass the same *cache* (blob address → verified bytes) to several loads so a
-        blob shared between them is read and verified once.
+        blob shared between them is read and verified once.  Extras named in *reuse*
+        are ones the caller only reads (the RNG state, the recorded output): their bytes
+        are read and verified as always, and when bytes at the same place of the same
+        blob (so, the same bytes) were decoded before in this process, that object is
+        returned instead of unpickling them again.
         """
         cache = {} if cache is None else cache
         wanted = manifest.extras if names is None else [n for n in names if n in manifest.extras]
+        shareable = set(reuse)
         with self._sweeping(manifest):
-            return {n: self._decode(manifest, n, manifest.extras[n], cache) for n in wanted}
+            out: dict[str, object] = {}
+            for n in wanted:
+                ref = manifest.extras[n]
+                if n not in shareable or not _reusable(ref):
+                    out[n] = self._decode(manifest, n, ref, cache)
+                    continue
+                self._blob(manifest, ref, cache)  # verified now, whatever was decoded before
+                where = (ref.blob, ref.offset, ref.length, ref.member)
+                known = _decoded.get(where, MISSING)
+                if known is MISSING:
+                    known = self._decode(manifest, n, ref, cache)
+                    if len(_decoded) >= _DECODED_MAX:
+                        _decoded.clear()
+                    _decoded[where] = known
+                out[n] = known
+            return out
 
     def _blob(self, m: Manifest, ref: BlobRef, cache: dict[Any, Any]) -> np.ndarray:
         buf = cache.get(ref.blob)
