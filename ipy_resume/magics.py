@@ -199,7 +199,12 @@ class CheckpointMagics(Magics):
         *store_dir* may be an object-store URL (``s3://bucket/prefix``).
         """
         named = None if not store_dir else os.fspath(store_dir)
-        where = (named, os.environ.get("IPY_RESUME_DIR"), os.getcwd())
+        env = os.environ.get("IPY_RESUME_DIR")
+        given = named or env
+        absolute = given is not None and (
+            location.is_url(given) or (os.path.isabs(given) and "~" not in given)
+        )
+        where = (named, env, "" if absolute else os.getcwd())
         name = self._resolved.get(where)
         if name is None or name not in self._engines:
             root = location.resolve(store_dir or default_store_dir())
