@@ -118,3 +118,41 @@ def test_exit_writes_the_queue_and_a_crash_loses_only_restore_events(
     else:
         # the execution after the first hit wrote that hit first; the last one was queued
         assert outcomes == ["executed", "restored", "executed"]
+
+
+HITS_ONLY = """
+import os
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+from ipy_resume.store import journal
+journal.DEFER_SECONDS = 600
+config = Config()
+config.HistoryManager.hist_file = ":memory:"
+shell = InteractiveShell.instance(config=config)
+shell.run_line_magic("load_ext", "ipy_resume")
+for cell in [{load!r}, {fit!r}]:
+    assert shell.run_cell(cell).success
+os._exit(0)
+"""
+
+
+def test_a_lost_journal_names_every_checkpoint_even_if_the_hits_then_crash(
+    shell: InteractiveShell, isolated: Path
+) -> None:
+    run(shell, LOAD)
+    run(shell, FIT)
+    shell.run_line_magic("checkpoint", "wait")
+    for suffix in ("", "-wal", "-shm"):
+        (isolated / "store" / f"journal.sqlite{suffix}").unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", HITS_ONLY.format(load=LOAD, fit=FIT)],
+        cwd=isolated,
+        env=subprocess_env(isolated),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "restored 'load'" in proc.stderr and "restored 'fit'" in proc.stderr
+    # rebuilt by the first hit, before the crash lost the queued restore events
+    assert raw_outcomes(isolated / "store") == ["executed", "executed"]

@@ -137,6 +137,7 @@ class Journal:
         self.quarantined: list[str] = []  # damaged journal files this object moved away
         # why events appended with append_later could not be written (None: all were)
         self.deferred_error: BaseException | None = None
+        self._named: set[str] | None = None  # checkpoint ids events name (None: not read)
 
     @contextmanager
     def _connect(
@@ -210,6 +211,7 @@ class Journal:
             conn.close()
             raise
         self._inode = _inode(self.path)
+        self._named = None
         return conn
 
     def _quarantine_files(self) -> None:
@@ -254,6 +256,7 @@ class Journal:
                 self._conn.close()
             self._conn = None
             self._inode = None
+        self._named = None
 
     def close(self) -> None:
         """Close the connection (it reopens on the next use); events queued are written first."""
@@ -270,8 +273,33 @@ class Journal:
 
         >>> journal.append_later(Event(cell_id="c", session="s", outcome="restored"))  # doctest: +SKIP
         """
+        # A checkpoint the journal does not name yet (its event was lost with a damaged
+        # journal, or it came from another store) is named at once: the timeline must
+        # list every checkpoint even if this process dies next.  Opening the journal here
+        # also rebuilds a lost or damaged one at once.
+        if event.checkpoint_id is None or not self._names(event.checkpoint_id):
+            return self.append(event)
         _defer(self, event)
         return event
+
+    def _names(self, checkpoint_id: str) -> bool:
+        """True when an event of the journal names *checkpoint_id* (one query per connection)."""
+
+        def query(conn: sqlite3.Connection) -> bool:
+            if self._named is None:
+                self._named = {
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT DISTINCT checkpoint_id FROM events WHERE checkpoint_id IS NOT NULL"
+                    )
+                }
+            return checkpoint_id in self._named
+
+        return bool(self._recovering(query, create=True))
+
+    def _named_now(self, events: Iterable[Event]) -> None:
+        if self._named is not None:
+            self._named.update(e.checkpoint_id for e in events if e.checkpoint_id)
 
     def _append_many(self, events: list[Event]) -> None:
         def insert(conn: sqlite3.Connection) -> None:
@@ -284,6 +312,7 @@ class Journal:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
+            self._named_now(events)
 
         self._recovering(insert, create=True)
 
@@ -293,7 +322,9 @@ class Journal:
 
         def insert(conn: sqlite3.Connection) -> int | None:
             if event.checkpoint_id is None or event.outcome not in ("executed", "incomplete"):
-                return _insert(conn, event).lastrowid
+                seq = _insert(conn, event).lastrowid
+                self._named_now([event])
+                return seq
             # A journal rebuilt while this checkpoint's kernel was between its manifest and
             # this event holds a stand-in for it: the real event takes its place.
             stand_in = f"{_REBUILT_PREFIX}{event.checkpoint_id}"
@@ -309,6 +340,7 @@ class Journal:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
+            self._named_now([event])
             return seq
 
         event.seq = self._recovering(insert, create=True, skip=frozenset([event.checkpoint_id]))
