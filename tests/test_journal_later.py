@@ -51,7 +51,8 @@ def test_restore_events_keep_their_order_and_parents(
     ]
     assert [e.parent for e in events[1:]] == [e.event_id for e in events[:-1]]
     seqs = [e.seq for e in events]
-    assert seqs == sorted(seqs) and None not in seqs
+    assert None not in seqs
+    assert seqs == sorted(s for s in seqs if s is not None)
 
 
 def test_list_and_the_panel_snapshot_show_every_hit(
