@@ -274,7 +274,8 @@ class Journal:
         every read or ``append`` of this journal file in the process writes the queue
         first; ``seq`` is filled in once written.
 
-        >>> journal.append_later(Event(cell_id="c", session="s", outcome="restored"))  # doctest: +SKIP
+        >>> event = Event(cell_id="c", session="s", outcome="restored")
+        >>> journal.append_later(event)  # doctest: +SKIP
         """
         # A checkpoint the journal does not name yet (its event was lost with a damaged
         # journal, or it came from another store) is named at once: the timeline must

@@ -986,7 +986,8 @@ class Store:
         parsing and verifying again).  With *quick* (finding, listing), the file's
         identity stands for its bytes: while device, inode, size, mtime and ctime are
         those seen when it was verified, and it had not changed for a while by then
-        (0.1 s, or 2 s where timestamps are coarse), the file is not even read.  See docs/guarantees.md for what that trusts.
+        (0.1 s, or 2 s where timestamps are coarse), the file is not even read.  See
+        docs/guarantees.md for what that trusts.
         """
         name = os.fspath(path)
         slot = (name, self._trust())
