@@ -168,3 +168,24 @@ def test_extras_decoded_once_are_still_verified(
     captured = capsys.readouterr()
     assert "corrupt" in captured.err and "executed 'noisy'" in captured.err
     assert captured.out.count("hello") == 1
+
+
+def test_a_name_moved_on_is_not_linked_however_many_entries(tmp_path: Path) -> None:
+    from ipy_resume.sharing import SharedObjects
+    from ipy_resume.store import Store
+
+    store = Store(tmp_path / "st", key=bytes(32))
+    namespace: dict[str, object] = {f"n{i}": [i, i + 1] for i in range(100)}
+    saved = store.save("many", "k1", namespace).manifest
+    shared = SharedObjects()
+    shared.note(saved, dict(namespace), namespace)
+    old = namespace["n5"]
+    assert id(old) in shared.candidates()
+    del namespace["n5"]  # the user deletes one name, then a hit notes another cell
+    namespace["x"] = [0]
+    other = store.save("other", "k2", {"x": namespace["x"]}).manifest
+    shared.note(other, {"x": namespace["x"]}, namespace)
+    found = shared.candidates()
+    assert id(old) not in found
+    assert id(namespace["n6"]) in found and id(namespace["x"]) in found
+    assert "n5" not in shared.holders({id(old)}, {id(old)})

@@ -516,6 +516,7 @@ class Store:
         self._suspect: dict[tuple[str, str], set[PurePath]] = {}
         self._journal: Journal | None = None
         self._id_cache: tuple[float, set[str]] | None = None  # (when listed, ids)
+        self._by_prefix: tuple[set[str], int, dict[str, list[str]]] | None = None
         self._read_cache: dict[PurePath, tuple[bytes, Manifest]] = {}  # (object stores')
         self._trust_of: tuple[bytes, bytes] | None = None  # (key, its trust id)
 
@@ -883,8 +884,8 @@ class Store:
             m.path = path
             writer.current = None
             self._remember(path, data)
-            if self._id_cache is not None and not quiet:
-                self._id_cache[1].add(m.id)
+            if not quiet:
+                self._note_id(m.id)
             return len(data)
         raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
 
@@ -1215,10 +1216,32 @@ class Store:
         if self._id_cache is None or now - self._id_cache[0] > _ID_CACHE_SECONDS:
             self._id_cache = (now, self.ids())
         known = self._id_cache[1]
+        self._note_id(checkpoint_id)
+        # the ids by their first characters, rebuilt when the listing changed (or grew
+        # other than through _note_id)
+        if (
+            self._by_prefix is None
+            or self._by_prefix[0] is not known
+            or (self._by_prefix[1] != len(known))
+        ):
+            index: dict[str, list[str]] = {}
+            for i in known:
+                index.setdefault(i[: manifest.SHORT_ID], []).append(i)
+            self._by_prefix = (known, len(known), index)
+        return manifest.unique_prefixes(self._by_prefix[2][checkpoint_id[: manifest.SHORT_ID]])[
+            checkpoint_id
+        ]
+
+    def _note_id(self, checkpoint_id: str) -> None:
+        """Add an id made (or met) since the ids were listed to the listing and its index."""
+        if self._id_cache is None or checkpoint_id in self._id_cache[1]:
+            return
+        known = self._id_cache[1]
         known.add(checkpoint_id)
-        return manifest.unique_prefixes(
-            i for i in known if i[: manifest.SHORT_ID] == checkpoint_id[: manifest.SHORT_ID]
-        )[checkpoint_id]
+        if self._by_prefix is not None and self._by_prefix[0] is known:
+            _, count, index = self._by_prefix
+            index.setdefault(checkpoint_id[: manifest.SHORT_ID], []).append(checkpoint_id)
+            self._by_prefix = (known, count + 1, index)
 
     def manifests(self) -> list[Manifest]:
         """Every verified checkpoint of the store, oldest first."""
