@@ -155,8 +155,10 @@ def tee_streams(record: OutputRecord, descriptors: bool | None = None) -> Iterat
         _live.pop()
         if fd_tees:
             _flush_c_stdio()
+            for tee in fd_tees:  # both descriptors back first: the reader drains both at once
+                tee.release()
             for tee in fd_tees:
-                tee.stop()
+                tee.close_record()
 
 
 def _kernel_like(stream: Any, fd: int) -> bool:
@@ -202,12 +204,77 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+class _Reader:
+    """The one thread that drains every descriptor tee's pipe, started once per process.
+
+    A thread per descriptor and cell cost two thread starts and joins per executed cell
+    (about a third of a millisecond); this one waits in ``poll`` for the pipes it is given.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.added: list[_FdTee] = []  # tees the thread has not taken over yet
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        self.pid = os.getpid()
+        self.thread = threading.Thread(target=self._run, name="ipy_resume-fd", daemon=True)
+        self.thread.start()
+
+    def add(self, tee: _FdTee) -> None:
+        with self.lock:
+            self.added.append(tee)
+        os.write(self.wake_write, b"+")
+
+    def _run(self) -> None:
+        import select
+
+        poller = select.poll()
+        poller.register(self.wake_read, select.POLLIN)
+        active: dict[int, _FdTee] = {}
+        while True:
+            for fd, _events in poller.poll():
+                if fd == self.wake_read:
+                    with suppress(BlockingIOError):
+                        os.read(self.wake_read, 4096)
+                    with self.lock:
+                        added, self.added = self.added, []
+                    for tee in added:
+                        active[tee.read_end] = tee
+                        poller.register(tee.read_end, select.POLLIN)
+                    continue
+                tee = active[fd]
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    data = b""
+                if data:
+                    tee.feed(data)
+                    continue
+                poller.unregister(fd)
+                del active[fd]
+                tee.finish()
+
+
+_reader: _Reader | None = None
+
+
+def _shared_reader() -> _Reader:
+    global _reader
+    if _reader is None or _reader.pid != os.getpid():  # a forked child starts its own
+        _reader = _Reader()
+    return _reader
+
+
 class _FdTee:
-    """Points descriptor *fd* into a pipe for a cell; a reader forwards and records."""
+    """Points descriptor *fd* into a pipe for a cell; the shared reader forwards and records."""
 
     def __init__(self, fd: int, name: str, record: OutputRecord) -> None:
         self.fd, self.name, self.record = fd, name, record
         self.recording = True
+        self.forwarding = True
+        self.done = threading.Event()  # the pipe's last writer closed it, and all is read
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        reader = _shared_reader()
         opened: list[int] = []
         try:
             self.restore_to = os.dup(fd)  # put back at the end
@@ -216,12 +283,6 @@ class _FdTee:
             opened.append(self.forward_to)
             self.read_end, write_end = os.pipe()
             opened += [self.read_end, write_end]
-            # The reader starts before the descriptor points at the pipe: an unread pipe
-            # would block the cell's writes once 64 KB are waiting.
-            self.thread = threading.Thread(
-                target=self._pump, name=f"ipy_resume-fd{fd}", daemon=True
-            )
-            self.thread.start()
         except BaseException:
             for each in opened:
                 os.close(each)
@@ -235,10 +296,13 @@ class _FdTee:
             info = os.fstat(fd)
             self.pipe = (info.st_dev, info.st_ino)
         except BaseException:
-            os.close(self.restore_to)
+            for each in (self.restore_to, self.forward_to, self.read_end):
+                os.close(each)
             raise
         finally:
             os.close(write_end)  # the reader now ends when the descriptor is put back
+        # Taken over by the reader now; until it polls the pipe, the pipe holds what comes.
+        reader.add(self)
 
     @classmethod
     def start(cls, fd: int, name: str, record: OutputRecord) -> _FdTee | None:
@@ -247,30 +311,34 @@ class _FdTee:
         except (OSError, RuntimeError):  # no such descriptor, out of descriptors or threads
             return None
 
-    def _pump(self) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        forwarding = True
-        try:
-            while data := os.read(self.read_end, 65536):
-                if forwarding:
-                    try:
-                        _write_all(self.forward_to, data)
-                    except OSError:  # where it went is gone: keep recording
-                        forwarding = False
-                with _record_lock:  # so nothing is appended once stop() has closed the record
-                    if self.recording:
-                        try:
-                            self.record.add_stream(self.name, decoder.decode(data))
-                        except Exception:  # keep forwarding: a full pipe would block the writer
-                            self.recording = False
-        except OSError:
-            pass
-        finally:
-            os.close(self.read_end)
-            os.close(self.forward_to)
+    def feed(self, data: bytes) -> None:
+        """On the reader's thread: forward *data* where the descriptor pointed, record it."""
+        if self.forwarding:
+            try:
+                _write_all(self.forward_to, data)
+            except OSError:  # where it went is gone: keep recording
+                self.forwarding = False
+        with _record_lock:  # so nothing is appended once stop() has closed the record
+            if self.recording:
+                try:
+                    self.record.add_stream(self.name, self.decoder.decode(data))
+                except Exception:  # keep forwarding: a full pipe would block the writer
+                    self.recording = False
+
+    def finish(self) -> None:
+        """On the reader's thread: every writer closed the pipe and all of it was read."""
+        for each in (self.read_end, self.forward_to):
+            with suppress(OSError):
+                os.close(each)
+        self.done.set()
 
     def stop(self) -> None:
         """Put the descriptor back and record what was written to it during the cell."""
+        self.release()
+        self.close_record()
+
+    def release(self) -> None:
+        """Put the descriptor back (the reader drains the rest of the pipe meanwhile)."""
         try:
             info = os.fstat(self.fd)
             # a cell that pointed the descriptor elsewhere itself keeps its choice
@@ -280,9 +348,12 @@ class _FdTee:
             pass
         finally:
             os.close(self.restore_to)
+
+    def close_record(self) -> None:
+        """Wait for the reader to have read everything, then close the record."""
         # The pipe's last writer is gone unless a child process inherited it: then the
         # reader keeps forwarding its output, but the record closes now.
-        self.thread.join(_DRAIN_S)
+        self.done.wait(_DRAIN_S)
         with _record_lock:
             self.recording = False
 

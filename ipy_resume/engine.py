@@ -245,14 +245,17 @@ class Engine:
         cell_id: str,
         host: Host | None = None,
         parent: str | None = None,
+        later: bool = False,
     ) -> Event | None:
         """Append *outcome* to the timeline as a child of the previous event.
 
-        A journal failure costs the timeline one row, never the user's cell.
+        A journal failure costs the timeline one row, never the user's cell.  With *later*
+        (a restore) the row is written by the journal's helper thread within moments
+        (``Journal.append_later``): a crash right after may lose it, and nothing else.
         """
         self.last_outcome = outcome
         event = self._event(outcome, cell_id, parent)
-        return self._append(event, host)
+        return self._append(event, host, later=later)
 
     def _event(self, outcome: Outcome, cell_id: str, parent: str | None = None) -> Event:
         return Event(
@@ -270,19 +273,30 @@ class Engine:
             detail=outcome.detail,
         )
 
-    def _append(self, event: Event, host: Host | None, advance: bool = True) -> Event | None:
+    def _append(
+        self, event: Event, host: Host | None, advance: bool = True, later: bool = False
+    ) -> Event | None:
+        append_later = getattr(self.journal, "append_later", None) if later else None
         try:
-            self.journal.append(event)
+            if append_later is not None:
+                append_later(event)
+            else:
+                self.journal.append(event)
         except (OSError, sqlite3.Error) as exc:
-            if host is not None and not self._journal_warned:
-                host.message(
-                    f"{PREFIX}could not update the timeline in {self.journal.path} ({exc})"
-                )
-            self._journal_warned = True
+            self._journal_failed(host, exc)
             return None
+        earlier = getattr(self.journal, "deferred_error", None)
+        if earlier is not None:  # events queued with append_later could not be written
+            self.journal.deferred_error = None
+            self._journal_failed(host, earlier)
         if advance:  # (a background save's event was made the parent when it was made)
             self.last_event = event.event_id
         return event
+
+    def _journal_failed(self, host: Host | None, exc: BaseException) -> None:
+        if host is not None and not self._journal_warned:
+            host.message(f"{PREFIX}could not update the timeline in {self.journal.path} ({exc})")
+        self._journal_warned = True
 
     def _later(
         self,
@@ -571,7 +585,7 @@ class Engine:
             bytes=0,
             detail=loaded.how_text(),
         )
-        self.record(outcome, opts.cell_id, host)
+        self.record(outcome, opts.cell_id, host, later=True)
         has_result = bool(manifest.info.get("has_result"))
         value = extras.get("result") if has_result else None
         shown = extras.get("shown")
@@ -608,7 +622,7 @@ class Engine:
         finally:
             _active = outer
         duration = time.perf_counter() - started
-        rng_state = rng.snapshot()
+        rng_state = rng.snapshot(plan.seed)
         files_read = recorder.identities() if recorder is not None else {}
         files_written = [
             path for path in (recorder.outputs() if recorder else []) if path not in opts.files

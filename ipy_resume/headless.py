@@ -307,7 +307,8 @@ def run_notebook(
         resources={"metadata": {"path": str(cwd)}},
     )
     client.setup_checkpoints(ids, store, outcome)
-    env = dict(os.environ, IPY_RESUME_DIR=str(store))
+    # each cell's outcome is read from the journal right after it: written at once
+    env = dict(os.environ, IPY_RESUME_DIR=str(store), IPY_RESUME_JOURNAL_SYNC="1")
     with client.setup_kernel(env=env, cwd=str(cwd)):
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
+from IPython.core.inputtransformer2 import TransformerManager
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -30,8 +31,11 @@ from .engine import CheckpointOptions, Engine, Engines, RunResult
 from .execution import compile_cell, run_compiled
 from .planning import NotebookCell, RunAllPlan, plan_run_all
 from .queries import Timeline, stats_text
-from .store import Store, StoreError, background
+from .store import Store, StoreError, background, location
 from .store.journal import OUTCOME_PAYLOAD
+
+_MEMO_MAX = 512  # option lines and cell texts remembered (each memo is cleared when full)
+_MEMO_CHARS = 1 << 16  # longer cells are transformed afresh each time
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
@@ -165,6 +169,10 @@ def _flush_inline_figures() -> None:
         pass
 
 
+def _ipython_own(step: Any) -> bool:
+    return str(getattr(step, "__module__", "")).startswith("IPython.")
+
+
 def _names(value: str | None, option: str) -> list[str]:
     if not value:
         return []
@@ -207,13 +215,72 @@ class CheckpointMagics(Magics):
         self.engines = Engines()
         self.auto = AutoMode(shell)
         self.last_engine: Engine | None = None  # the engine of the latest %%checkpoint cell
+        # (store named, $IPY_RESUME_DIR, working directory) -> the engine's name: resolving
+        # a path walks every folder of it, once per store and working directory is enough
+        self._resolved: dict[tuple[str | None, str | None, str], Engine] = {}
+        self._parsed: dict[str, dict[str, Any]] = {}  # %%checkpoint line -> its options
+        self._static: dict[tuple[str, tuple[int, ...]], str] = {}  # see _transform
 
     def engine(self, store_dir: Path | str | None = None) -> Engine:
         """The engine of *store_dir* (default store when None), created on first use.
 
         *store_dir* may be an object-store URL (``s3://bucket/prefix``).
         """
-        return self.engines.get(store_dir)
+        # The resolution is remembered per (given, $IPY_RESUME_DIR, working directory when
+        # relative): resolving a path on every hit costs more than the rest of the hit.
+        named = None if not store_dir else os.fspath(store_dir)
+        env = os.environ.get("IPY_RESUME_DIR")
+        given = named or env
+        absolute = given is not None and (
+            location.is_url(given) or (os.path.isabs(given) and "~" not in given)
+        )
+        where = (named, env, "" if absolute else os.getcwd())
+        found = self._resolved.get(where)
+        if found is None:
+            found = self.engines.get(store_dir)
+            if len(self._resolved) >= _MEMO_MAX:
+                self._resolved.clear()
+            self._resolved[where] = found
+        return found
+
+    def _transform(self, cell: str) -> str:
+        """``shell.transform_cell(cell)``, with the part that depends on the text alone
+        remembered per text.
+
+        IPython's static transforms (prompts, ``%magic``, ``!cmd``, ``?``) are functions
+        of the text; the dynamic ones (automagic and autocall of a one-line cell, which
+        depend on the namespace, and ``input_transformers_post``) run every time, as
+        ``InteractiveShell.transform_cell`` runs them.  Anything not IPython's own (a
+        subclass's ``transform_cell``, a transform an extension added) is not remembered.
+        """
+        shell = self.shell
+        assert shell is not None
+        manager = shell.input_transformer_manager
+        steps = (*manager.cleanup_transforms, *manager.line_transforms, *manager.token_transformers)
+        if (
+            type(shell).transform_cell is not InteractiveShell.transform_cell
+            or type(manager) is not TransformerManager
+            or len(cell) > _MEMO_CHARS
+            or not all(_ipython_own(step) for step in steps)
+        ):
+            return shell.transform_cell(cell)
+        key = (cell, tuple(map(id, steps)))
+        static = self._static.get(key)
+        if static is None:
+            static = manager.transform_cell(cell)
+            if len(self._static) >= _MEMO_MAX:
+                self._static.clear()
+            self._static[key] = static
+        # the rest of InteractiveShell.transform_cell, as it does it
+        if len(static.splitlines()) == 1:
+            prefilter = shell.prefilter_manager
+            assert prefilter is not None
+            with shell.builtin_trap:
+                static = prefilter.prefilter_lines(static) + "\n"
+        lines = static.splitlines(keepends=True)
+        for transform in shell.input_transformers_post:
+            lines = transform(lines)
+        return "".join(lines)
 
     @magic_arguments()
     @argument("cell_id", metavar="CELL_ID", help="a stable name for this cell, e.g. train")
@@ -284,7 +351,7 @@ class CheckpointMagics(Magics):
             return self._line(line)
         opts = self._options(line)
         assert self.shell is not None
-        source = self.shell.transform_cell(cell)
+        source = self._transform(cell)
         host = IPythonHost(self.shell, source)
         try:
             engine = self.engine()
@@ -306,29 +373,45 @@ class CheckpointMagics(Magics):
                 _reply_outcome(self.shell, opts.cell_id, engine.last_outcome)
 
     def _options(self, line: str) -> CheckpointOptions:
-        """The ``%%checkpoint`` line as options (UsageError when it is malformed)."""
+        """The ``%%checkpoint`` line as options (UsageError when it is malformed).
+
+        A line parsed before is not parsed again (a malformed one raises each time).
+        """
+        parsed = self._parsed.get(line)
+        if parsed is None:
+            parsed = self._parse(line)
+            if len(self._parsed) >= _MEMO_MAX:
+                self._parsed.clear()
+            self._parsed[line] = parsed
+        lists = {k: list(v) for k, v in parsed.items() if isinstance(v, tuple)}
+        return CheckpointOptions(
+            **{**parsed, **lists}, label=self.auto.labels.get(parsed["cell_id"])
+        )
+
+    def _parse(self, line: str) -> dict[str, Any]:
         args = parse_argstring(self.checkpoint, line)
         if args.seed is not None and args.no_seed:
             raise UsageError("%%checkpoint: use either --seed N or --no-seed, not both")
         if not args.cell_id.strip():
             raise UsageError("%%checkpoint needs a CELL_ID, e.g. %%checkpoint train")
-        return CheckpointOptions(
-            cell_id=args.cell_id,
-            force=args.force,
-            inputs=_names(args.inputs, "--inputs"),
-            ignore=_names(args.ignore, "--ignore"),
-            outputs=_names(args.outputs, "--outputs") if args.outputs is not None else None,
-            deps=list(args.deps),
-            files=list(args.files),
-            no_file_deps=args.no_file_deps,
-            seed=args.seed,
-            no_seed=args.no_seed,
-            salt=args.salt,
-            explain=args.explain,
-            quiet=args.quiet,
-            min_seconds=args.min_seconds,
-            label=self.auto.labels.get(args.cell_id),
-        )
+        outputs = _names(args.outputs, "--outputs") if args.outputs is not None else None
+        # lists as tuples: each run gets lists of its own
+        return {
+            "cell_id": args.cell_id,
+            "force": args.force,
+            "inputs": tuple(_names(args.inputs, "--inputs")),
+            "ignore": tuple(_names(args.ignore, "--ignore")),
+            "outputs": None if outputs is None else tuple(outputs),
+            "deps": tuple(args.deps),
+            "files": tuple(args.files),
+            "no_file_deps": args.no_file_deps,
+            "seed": args.seed,
+            "no_seed": args.no_seed,
+            "salt": args.salt,
+            "explain": args.explain,
+            "quiet": args.quiet,
+            "min_seconds": args.min_seconds,
+        }
 
     def _line(self, line: str) -> None:
         try:
@@ -436,7 +519,7 @@ class CheckpointMagics(Magics):
                 except UsageError as exc:
                     raise UsageError(f"%checkpoint plan: code cell {position}: {exc}") from None
                 source = rest
-            body = self.shell.transform_cell(source)
+            body = self._transform(source)
             cells.append(NotebookCell(position, body, options, first_line(source)))
         return cells
 

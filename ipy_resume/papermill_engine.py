@@ -73,4 +73,6 @@ class ResumeEngine(NBClientEngine):
             )
 
         client.setup_checkpoints(ids, store, report)
-        return client.execute(env=dict(os.environ, IPY_RESUME_DIR=str(store)))
+        # each cell's outcome is read from the journal right after it: written at once
+        env = dict(os.environ, IPY_RESUME_DIR=str(store), IPY_RESUME_JOURNAL_SYNC="1")
+        return client.execute(env=env)

@@ -96,7 +96,8 @@ def load(
         values: dict[str, object] = {}
         for manifest_id, names in by_manifest.items():
             values.update(store.load_values(manifests[manifest_id], names, cache, shared))
-        extras = store.load_extras(target, cache)
+        # the RNG state and the recorded output are only read (restored, replayed)
+        extras = store.load_extras(target, cache, reuse=("rng", "outputs"))
     except BaseException:
         if recorded:  # nothing of a failed restore stays behind
             settings.apply(settings.changes(settings.snapshot(), before))

@@ -360,6 +360,30 @@ def _environ_apply(diff: Mapping[str, Any]) -> None:
         os.environ.pop(key, None)
 
 
+def _environ_snapshot() -> dict[Any, Any]:
+    # On POSIX, os.environ keeps the bytes the OS gave it: copying those is a C-level dict
+    # copy, where dict(os.environ) decodes every name and value (twice per miss).
+    raw = getattr(os.environ, "_data", None)
+    if os.name == "posix" and isinstance(raw, dict):
+        return dict(raw)
+    return dict(os.environ)
+
+
+def _environ_diff(before: Mapping[Any, Any] | None, after: Mapping[Any, Any]) -> Any:
+    """As :func:`dict_diff`, with names and values as text whatever the snapshot held."""
+    diff = dict_diff(before, after)
+    if diff is None:
+        return None
+
+    def text(value: Any) -> Any:
+        return os.fsdecode(value) if isinstance(value, bytes) else value
+
+    return {
+        "set": {text(k): text(v) for k, v in diff["set"].items()},
+        "unset": [text(k) for k in diff["unset"]],
+    }
+
+
 def _cwd_diff(before: str | None, after: str) -> str | None:
     return None if before == after else after
 
@@ -369,5 +393,5 @@ register(Setting("pandas.options", _pd_snapshot, dict_diff, _pd_apply, _pd_defau
 register(Setting("numpy.printoptions", _np_snapshot, dict_diff, _np_apply))
 register(Setting("warnings.filters", _warnings_snapshot, _list_diff, _warnings_apply))
 register(Setting("sys.path", lambda: list(sys.path), _list_diff, _path_apply))
-register(Setting("environ", lambda: dict(os.environ), dict_diff, _environ_apply))
+register(Setting("environ", _environ_snapshot, _environ_diff, _environ_apply))
 register(Setting("cwd", os.getcwd, _cwd_diff, os.chdir))

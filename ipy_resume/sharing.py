@@ -55,6 +55,7 @@ class _Entry:
     holder: Any  # a weak reference, or the object itself when it takes none
     obj_id: int
     members: set[int]  # ids of the objects its checkpoint's group held (shared set)
+    generation: int = 0  # the note that made it (see SharedObjects._sweep)
 
     def get(self) -> object:
         obj = self.holder() if isinstance(self.holder, weakref.ref) else self.holder
@@ -117,11 +118,43 @@ class SharedObjects:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}  # token -> entry
+        self._all: dict[str, _Entry] = {}  # token -> entry (see _entries)
+        self._by_name: dict[str, set[str]] = {}  # name -> tokens of its entries
+        # (namespace, generation) of each sweep a note left for the next reader: it covers
+        # the entries of earlier notes (see note)
+        self._sweeps: list[tuple[MutableMapping[str, Any] | None, int]] = []
+        self._generation = 0
         self._checked: dict[str, bool] = {}  # answers of check() during one operation
         # what each entry's value holds, walked once per operation (a save asks again for
         # every array it stores and for the group; the walk costs up to ~0.1 s a value)
         self._walked: dict[str, set[int]] = {}
+
+    @property
+    def _entries(self) -> dict[str, _Entry]:
+        """The entries, after the sweeps that notes left for the next reader."""
+        if self._sweeps:
+            self._sweep()
+        return self._all
+
+    def _sweep(self) -> None:
+        sweeps, self._sweeps = self._sweeps, []
+        for namespace, generation in sweeps:
+            for tok, entry in list(self._all.items()):
+                if entry.generation >= generation:
+                    continue  # noted after this sweep was due
+                obj = entry.get()
+                gone = namespace is not None and namespace.get(entry.name, MISSING) is not obj
+                if gone or obj is MISSING:
+                    self._drop(tok)
+
+    def _drop(self, tok: str) -> None:
+        entry = self._all.pop(tok, None)
+        if entry is not None:
+            tokens = self._by_name.get(entry.name)
+            if tokens is not None:
+                tokens.discard(tok)
+                if not tokens:
+                    del self._by_name[entry.name]
 
     # ---- what checkpoints stored or restored ---------------------------------------------
 
@@ -136,25 +169,34 @@ class SharedObjects:
 
         Older entries for the same names are forgotten, and with *namespace* so are
         those whose name no longer holds their object, so nothing the user deleted is
-        kept alive here.
+        kept alive here.  That sweep of every entry runs before the entries are next
+        read (the next save's links), not here: a hit costs what its own names cost,
+        however many names the store's checkpoints hold.
         """
         fingerprints = manifest.info.get("fingerprints") or {}
         # A value may sit in a group that also refers to the checkpoint's other values
         # (a view of its array, say): whoever links to it needs all of them at hand.
         needed = {**manifest.links}
         needed.update((token(manifest.id, n), r) for n, r in manifest.values.items())
-        names = set(values)
-        for tok, entry in list(self._entries.items()):
-            gone = namespace is not None and namespace.get(entry.name, MISSING) is not entry.get()
-            if entry.name in names or gone or entry.get() is MISSING:
-                del self._entries[tok]
+        for name in values:
+            for tok in list(self._by_name.get(name, ())):
+                self._drop(tok)
+        self._generation += 1
+        if self._sweeps and self._sweeps[-1][0] is namespace:
+            self._sweeps[-1] = (namespace, self._generation)  # one sweep covers both
+        else:
+            self._sweeps.append((namespace, self._generation))
+        if len(self._all) <= 64:  # few entries: sweep now, nothing stays alive longer
+            self._sweep()
         held = members if members is not None else set()
         for name, value in values.items():
             ref = manifest.values.get(name)
             if ref is None or isinstance(value, _CODE_TYPES):
                 continue  # modules, functions, classes: pickled by reference anyway
             digest = fingerprints.get(name)
-            self._entries[token(manifest.id, name)] = _Entry(
+            tok = token(manifest.id, name)
+            self._by_name.setdefault(name, set()).add(tok)
+            self._all[tok] = _Entry(
                 name,
                 ref,
                 needed,
@@ -162,6 +204,7 @@ class SharedObjects:
                 _hold(value),
                 id(value),
                 held,
+                self._generation,
             )
         self._checked.clear()
         self._walked.clear()
@@ -275,7 +318,7 @@ class SharedObjects:
     def forget(self, checkpoint_id: str) -> None:
         """Stop linking to *checkpoint_id* (it failed to load: its blobs are suspect)."""
         for tok in [t for t in self._entries if t.startswith(checkpoint_id + "/")]:
-            del self._entries[tok]
+            self._drop(tok)
 
     def forget_checks(self) -> None:
         """Start a new operation: objects may have changed since the last answers."""
@@ -284,6 +327,9 @@ class SharedObjects:
 
 
 _by_store: dict[str, SharedObjects] = {}
+# an absolute spelling of a store -> its location.key: resolving walks every folder of
+# the path, and a hit asks twice
+_keys: dict[str, str] = {}
 
 
 def shared_objects(root: str | os.PathLike[str]) -> SharedObjects:
@@ -292,7 +338,14 @@ def shared_objects(root: str | os.PathLike[str]) -> SharedObjects:
     >>> shared_objects("/tmp/a") is shared_objects("/tmp/a")
     True
     """
-    key = location.key(root)
+    spelled = os.fspath(root)
+    key = _keys.get(spelled) if isinstance(spelled, str) else None
+    if key is None:
+        key = location.key(root)
+        if isinstance(spelled, str) and (os.path.isabs(spelled) or location.is_url(spelled)):
+            if len(_keys) >= 1024:
+                _keys.clear()
+            _keys[spelled] = key
     found = _by_store.get(key)
     if found is None:
         found = _by_store[key] = SharedObjects()

@@ -44,11 +44,15 @@ Sink = Callable[[int, memoryview], None]
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One key of a backend: its ``size`` in bytes and ``modified`` time (epoch seconds)."""
+    """One key of a backend: its ``size`` in bytes and ``modified`` time (epoch seconds).
+
+    ``etag`` is the object store's entity tag where it lists one (S3, GCS, Azure), else "".
+    """
 
     key: str
     size: int
     modified: float
+    etag: str = ""
 
     def age(self, now: float | None = None) -> float:
         """Seconds since the object was last written.

@@ -10,12 +10,21 @@ So a journal that is lost (deleted) or damaged (SQLite reports it malformed, or
 ``quick_check`` fails when it is opened) costs no checkpoint: it is moved to
 ``quarantine/`` and rebuilt from the manifests, one ``executed`` event per
 checkpoint (see :func:`events_from_manifests` for what cannot be rebuilt).
+
+The event of a restore is appended with :meth:`Journal.append_later`: a helper thread
+writes such events in one transaction at most :data:`DEFER_SECONDS` later, and before
+anything in this process reads or appends to the same journal file, and when the process
+exits.  A kernel killed within that window loses those restore events, which hold nothing
+of the user's work (the checkpoints they restored are untouched); every other event is
+committed before ``append`` returns.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -37,6 +46,12 @@ OUTCOMES = ("executed", "restored", "incomplete", "failed", "uncached", "resumed
 _BUSY_TIMEOUT_S = 30.0
 _SETTLE_SECONDS = 60.0
 _REBUILT_PREFIX = "rebuilt-"
+DEFER_SECONDS = 0.5
+"""The longest a restore's event waits for the helper thread to write it."""
+SYNC_ENV = "IPY_RESUME_JOURNAL_SYNC"
+"""Set to 1, every event is written before ``append_later`` returns: for runners that read
+each cell's outcome from the timeline, from another process, right after the cell."""
+_DEFER_MAX = 256  # queued events that make the helper write at once
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -123,6 +138,9 @@ class Journal:
         self._lock = threading.Lock()
         self.rebuilt = 0  # events this object rebuilt from manifests
         self.quarantined: list[str] = []  # damaged journal files this object moved away
+        # why events appended with append_later could not be written (None: all were)
+        self.deferred_error: BaseException | None = None
+        self._named: set[str] | None = None  # checkpoint ids events name (None: not read)
 
     @contextmanager
     def _connect(
@@ -196,6 +214,7 @@ class Journal:
             conn.close()
             raise
         self._inode = _inode(self.path)
+        self._named = None
         return conn
 
     def _quarantine_files(self) -> None:
@@ -240,18 +259,80 @@ class Journal:
                 self._conn.close()
             self._conn = None
             self._inode = None
+        self._named = None
 
     def close(self) -> None:
-        """Close the connection (it reopens on the next use)."""
+        """Close the connection (it reopens on the next use); events queued are written first."""
+        flush_deferred(self.path)
         with self._lock:
             self._close_locked()
 
+    def append_later(self, event: Event) -> Event:
+        """Queue *event* for the helper thread, which writes it within ``DEFER_SECONDS``.
+
+        For events a crash may lose (a restore's): the order of events is kept, since
+        every read or ``append`` of this journal file in the process writes the queue
+        first; ``seq`` is filled in once written.
+
+        >>> event = Event(cell_id="c", session="s", outcome="restored")
+        >>> journal.append_later(event)  # doctest: +SKIP
+        """
+        # A checkpoint the journal does not name yet (its event was lost with a damaged
+        # journal, or it came from another store) is named at once: the timeline must
+        # list every checkpoint even if this process dies next.  Opening the journal here
+        # also rebuilds a lost or damaged one at once.
+        if (
+            event.checkpoint_id is None
+            or os.environ.get(SYNC_ENV) == "1"
+            or not self._names(event.checkpoint_id)
+        ):
+            return self.append(event)
+        _defer(self, event)
+        return event
+
+    def _names(self, checkpoint_id: str) -> bool:
+        """True when an event of the journal names *checkpoint_id* (one query per connection)."""
+
+        def query(conn: sqlite3.Connection) -> bool:
+            if self._named is None:
+                self._named = {
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT DISTINCT checkpoint_id FROM events WHERE checkpoint_id IS NOT NULL"
+                    )
+                }
+            return checkpoint_id in self._named
+
+        return bool(self._recovering(query, create=True))
+
+    def _named_now(self, events: Iterable[Event]) -> None:
+        if self._named is not None:
+            self._named.update(e.checkpoint_id for e in events if e.checkpoint_id)
+
+    def _append_many(self, events: list[Event]) -> None:
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for event in events:
+                    event.seq = insert_event(conn, event, ignore=True).lastrowid
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            self._named_now(events)
+
+        self._recovering(insert, create=True)
+
     def append(self, event: Event) -> Event:
         """Commit *event* durably; returns it with ``seq`` filled in."""
+        flush_deferred(self.path)  # the events queued before it come first
 
         def insert(conn: sqlite3.Connection) -> int | None:
             if event.checkpoint_id is None or event.outcome not in ("executed", "incomplete"):
-                return insert_event(conn, event).lastrowid
+                seq = insert_event(conn, event).lastrowid
+                self._named_now([event])
+                return seq
             # A journal rebuilt while this checkpoint's kernel was between its manifest and
             # this event holds a stand-in for it: the real event takes its place.
             stand_in = f"{_REBUILT_PREFIX}{event.checkpoint_id}"
@@ -267,6 +348,7 @@ class Journal:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
+            self._named_now([event])
             return seq
 
         event.seq = self._recovering(insert, create=True, skip=frozenset([event.checkpoint_id]))
@@ -304,6 +386,7 @@ class Journal:
             conn.row_factory = sqlite3.Row
             return [_row_to_event(row) for row in conn.execute(sql, params)]
 
+        flush_deferred(self.path)
         return self._recovering(query, create=False) or []
 
     def checkpoint_ids(self) -> set[str]:
@@ -313,6 +396,7 @@ class Journal:
         def query(conn: sqlite3.Connection) -> set[str]:
             return {row[0] for row in conn.execute(sql)}
 
+        flush_deferred(self.path)
         return self._recovering(query, create=False) or set()
 
     def last(self, session: str | None = None) -> Event | None:
@@ -329,8 +413,83 @@ class Journal:
             row = conn.execute(sql, params).fetchone()
             return None if row is None else _row_to_event(row)
 
+        flush_deferred(self.path)
         result: Event | None = self._recovering(query, create=False)
         return result
+
+
+# ---- events written later (see Journal.append_later) ------------------------------------------
+
+_queue_lock = threading.Condition()
+_queues: dict[str, tuple[Journal, list[Event]]] = {}  # journal file -> (writer, events in order)
+_write_lock = threading.Lock()  # held from taking a queue to its commit: readers wait for it
+_hurry = threading.Event()
+_helper: threading.Thread | None = None
+
+
+def _defer(journal: Journal, event: Event) -> None:
+    global _helper
+    with _queue_lock:
+        queued = _queues.setdefault(str(journal.path), (journal, []))[1]
+        queued.append(event)
+        if _helper is None or not _helper.is_alive():
+            _helper = threading.Thread(target=_help, name="ipy_resume-journal", daemon=True)
+            _helper.start()
+        if len(queued) == 1:
+            _queue_lock.notify()
+        if len(queued) >= _DEFER_MAX:
+            _hurry.set()
+
+
+def _help() -> None:
+    while True:
+        with _queue_lock:
+            while not _queues:
+                _queue_lock.wait()
+        _hurry.wait(DEFER_SECONDS)  # gather what follows in one transaction
+        _hurry.clear()
+        flush_deferred()
+
+
+def flush_deferred(path: str | os.PathLike[str] | None = None) -> None:
+    """Write the events queued by :meth:`Journal.append_later` (of the journal at *path*).
+
+    A failure is kept in the journal's ``deferred_error``; those events are dropped.
+
+    >>> flush_deferred()
+    """
+    if not _queues:
+        return
+    with _write_lock:
+        with _queue_lock:
+            if path is None:
+                batches = list(_queues.values())
+                _queues.clear()
+            else:
+                batch = _queues.pop(str(path), None)
+                batches = [] if batch is None else [batch]
+        for journal, events in batches:
+            try:
+                journal._append_many(events)
+            except (OSError, sqlite3.Error) as exc:
+                journal.deferred_error = exc
+
+
+def _after_fork() -> None:
+    # the parent's queue is the parent's to write; its locks may have been held at the fork
+    global _queue_lock, _write_lock, _hurry, _helper
+    _queues.clear()
+    _queue_lock, _write_lock, _hurry, _helper = (
+        threading.Condition(),
+        threading.Lock(),
+        threading.Event(),
+        None,
+    )
+
+
+atexit.register(flush_deferred)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def insert_event(conn: sqlite3.Connection, event: Event, ignore: bool = False) -> sqlite3.Cursor:

@@ -26,6 +26,7 @@ import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -58,11 +59,20 @@ KINDS = ("hdf5", "pickle", "raw")
 _ID = re.compile(r"[0-9a-f]{16}")
 
 
+# what json.dumps would build for each call, built once (a save encodes four documents)
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_LAYOUT = json.JSONEncoder(sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(doc: Any) -> bytes:
-    """Sorted keys, no whitespace, UTF-8, no NaN/Infinity."""
-    return json.dumps(
-        doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    """Sorted keys, no whitespace, UTF-8, no NaN/Infinity.
+
+    >>> canonical_json({"b": 1, "a": "é"}).decode()
+    '{"a":"é","b":1}'
+    """
+    return _CANONICAL.encode(doc).encode("utf-8")
 
 
 _clock_lock = threading.Lock()
@@ -152,6 +162,7 @@ def _common(a: str, b: str) -> int:
     return n
 
 
+@lru_cache(maxsize=4096)  # a pure function; every hit asks
 def cell_dir(cell_id: str) -> str:
     """A filesystem-safe folder name for a CELL_ID: readable slug + 8 hex of its sha256."""
     ascii_form = unicodedata.normalize("NFKD", cell_id).encode("ascii", "ignore").decode("ascii")
@@ -443,8 +454,7 @@ def encode(manifest: Manifest, key: bytes) -> bytes:
 def _file_bytes(doc: Mapping[str, Any]) -> bytes:
     # The one layout a manifest file may have: reading insists on it byte for byte,
     # so a change anywhere in the file, even in whitespace, is detected.
-    text = json.dumps(doc, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False)
-    return text.encode("utf-8") + b"\n"
+    return _LAYOUT.encode(doc).encode("utf-8") + b"\n"
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

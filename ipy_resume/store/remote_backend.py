@@ -401,7 +401,9 @@ class FsspecBackend(Backend):
         for path, detail in sorted(found.items()):
             if detail.get("type") == "directory":
                 continue
-            yield ObjectInfo(path[base:], int(detail.get("size") or 0), _modified(detail))
+            yield ObjectInfo(
+                path[base:], int(detail.get("size") or 0), _modified(detail), _etag(detail)
+            )
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -421,7 +423,7 @@ class FsspecBackend(Backend):
             return None
         if detail.get("type") == "directory":
             return None
-        return ObjectInfo(key, int(detail.get("size") or 0), _modified(detail))
+        return ObjectInfo(key, int(detail.get("size") or 0), _modified(detail), _etag(detail))
 
     def copy(self, src: str, dst: str) -> None:
         a, b = self._path(src), self._path(dst)
@@ -548,6 +550,11 @@ class FsspecBackend(Backend):
                 self._call("aborting an upload", abort)
                 count += 1
         return count
+
+
+def _etag(detail: dict[str, Any]) -> str:
+    value = detail.get("ETag", detail.get("etag"))
+    return value.strip('"') if isinstance(value, str) else ""
 
 
 def _modified(detail: dict[str, Any]) -> float:

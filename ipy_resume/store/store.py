@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import json
 import os
 import platform
 import re
@@ -27,6 +29,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Protocol
 
@@ -80,6 +83,82 @@ _PREFETCH_MIN = 16 << 20
 _VERIFY_HINT = "Run 'ipy-resume verify' to list others."
 _ID_CACHE_SECONDS = 5.0
 _READ_CACHE_MAX = 50_000
+# A manifest whose file changed less than this long before it was verified is compared by
+# sha256 on its next read as well: a rewrite within one tick of the filesystem's clock can
+# leave its identity unchanged.  Timestamps with sub-millisecond digits come from a clock
+# that ticks at least every 10 ms (Linux's coarse clock at HZ >= 100; ns on APFS, 100 ns on
+# NTFS); whole milliseconds or seconds may mean a coarse filesystem (FAT: 2 s).
+_RACY_FINE_NS = 100_000_000
+_RACY_NS = 2_000_000_000
+
+
+@dataclass
+class _Verified:
+    """A manifest file verified in this process, and what identified the file then."""
+
+    ident: tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
+    digest: bytes  # sha256 of the bytes that verified (or that this process signed)
+    manifest: Manifest | None  # None: written here, parsed (not verified again) on first use
+    settled: bool  # the file had not changed for the racy margin when it was read
+
+
+# (manifest path, trust id of the key it verified under) -> what was verified; shared by
+# every Store of the process, so the panel's and the CLI helpers' reads reuse the magic's.
+_verified: dict[tuple[str, bytes], _Verified] = {}
+
+
+# key folder -> (its identity, the manifest files it held, settled): a hit lists the folder
+# of its key again only when the folder changed (an entry added, removed or renamed)
+_listed: dict[str, tuple[tuple[int, int, int, int, int], tuple[PurePath, ...], bool]] = {}
+
+
+def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _settled(st: os.stat_result) -> bool:
+    return _settled_at(st.st_mtime_ns, st.st_ctime_ns, time.time_ns())
+
+
+def _settled_at(mtime_ns: int, ctime_ns: int, now_ns: int) -> bool:
+    """True when a file last changed at these times cannot change unseen any more."""
+    fine = mtime_ns % 1_000_000 and ctime_ns % 1_000_000
+    margin = _RACY_FINE_NS if fine else _RACY_NS
+    return now_ns - max(mtime_ns, ctime_ns) > margin
+
+
+def _read_fd(name: str) -> tuple[os.stat_result, bytes]:
+    """The status and the whole content of file *name*, in four system calls."""
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        st = os.fstat(fd)
+        chunks = [os.read(fd, st.st_size + 1)]
+        while chunks[-1]:  # grown since the fstat (never for a committed manifest)
+            chunks.append(os.read(fd, 1 << 16))
+    finally:
+        os.close(fd)
+    return st, b"".join(chunks)
+
+
+# (blob, offset, length, member) -> the object those verified bytes decoded to, for extras
+# a caller only reads (see Store.load_extras)
+_decoded: dict[tuple[str, int, int | None, str | None], object] = {}
+_DECODED_MAX = 256
+_DECODED_BYTES = 1 << 16
+
+
+def _reusable(ref: BlobRef) -> bool:
+    return ref.kind == "pickle" and not ref.buffers and (ref.length or 0) <= _DECODED_BYTES
+
+
+def forget_verified() -> None:
+    """Drop every manifest this process verified, so the next reads verify them again.
+
+    >>> forget_verified()
+    """
+    _verified.clear()
+    _listed.clear()
+    _decoded.clear()
 
 
 class DecodeError(StoreError):
@@ -455,13 +534,22 @@ class Store:
         self._suspect: dict[tuple[str, str], set[PurePath]] = {}
         self._journal: Journal | None = None
         self._id_cache: tuple[float, set[str]] | None = None  # (when listed, ids)
-        self._read_cache: dict[PurePath, tuple[bytes, Manifest]] = {}
+        self._by_prefix: tuple[set[str], int, dict[str, list[str]]] | None = None
+        self._read_cache: dict[PurePath, tuple[bytes, Manifest]] = {}  # (object stores')
+        self._trust_of: tuple[bytes, bytes] | None = None  # (key, its trust id)
         # the pending/ folder as last looked at, and when: see _settle_pending
         self._pending_seen: tuple[int, int] | None = None
         self._pending_checked = 0.0
 
     def __repr__(self) -> str:
         return f"Store({os.fspath(self.root)!r})"
+
+    def _trust(self) -> bytes:
+        """An id of the signing key: what was verified under one key is not under another."""
+        key = self.key
+        if self._trust_of is None or self._trust_of[0] != key:
+            self._trust_of = (key, hashlib.sha256(b"ipy_resume trust\0" + key).digest())
+        return self._trust_of[1]
 
     @property
     def location(self) -> Path | str:
@@ -558,7 +646,9 @@ class Store:
             return os.fspath(path)
 
     def _key_dir(self, cell_id: str, key: str) -> PurePath:
-        return self.root / "manifests" / manifest.cell_dir(cell_id) / key
+        return type(self.root)(
+            os.path.join(os.fspath(self.root), "manifests", manifest.cell_dir(cell_id), key)
+        )
 
     def healing(self, cell_id: str, key: str) -> bool:
         """True when the next save of (cell_id, key) replaces a checkpoint that failed to
@@ -835,8 +925,9 @@ class Store:
                 raise
             m.path = path
             writer.current = None
-            if self._id_cache is not None and not quiet:
-                self._id_cache[1].add(m.id)
+            self._remember(path, data)
+            if not quiet:
+                self._note_id(m.id)
             return len(data)
         raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
 
@@ -982,33 +1073,105 @@ class Store:
 
     # -- finding -------------------------------------------------------------
 
-    def _read(self, path: PurePath) -> Manifest:
-        # A manifest verified before is reused while its file holds the same bytes (compared
-        # whole: cheaper than parsing and verifying again), so listing a store of 10,000
-        # checkpoints again (the panel does after every cell) decodes none of them again.
+    def _read(self, path: PurePath, quick: bool = False) -> Manifest:
+        """The verified manifest at *path*.
+
+        A manifest verified before in this process (under this key) is not verified
+        again while its file holds the same bytes (compared by sha256: cheaper than
+        parsing and verifying again).  With *quick* (finding, listing), the file's
+        identity stands for its bytes: while device, inode, size, mtime and ctime are
+        those seen when it was verified, and it had not changed for a while by then
+        (0.1 s, or 2 s where timestamps are coarse), the file is not even read.  See
+        docs/guarantees.md for what that trusts.
+        """
+        name = os.fspath(path)
+        slot = (name, self._trust())
+        known = _verified.get(slot)
+        if quick and known is not None and known.settled and known.manifest is not None:
+            try:
+                st = os.stat(name)
+            except FileNotFoundError:
+                raise
+            except OSError:
+                return manifest.read(path, self.key, root=self.root)  # says why
+            if _ident(st) == known.ident:
+                return known.manifest
         try:
-            data = Path(path).read_bytes()
+            st, data = _read_fd(name)
         except FileNotFoundError:
             raise
         except OSError:
             return manifest.read(path, self.key, root=self.root)  # says why, as a StoreError
-        known = self._read_cache.get(path)
-        if known is not None and known[0] == data:
-            return known[1]
-        rel, store = manifest._names(Path(path), self.root)
-        m = manifest.decode(data, self.key, rel=rel, store=store, path=path)
-        if len(self._read_cache) >= _READ_CACHE_MAX:
-            self._read_cache.clear()
-        self._read_cache[path] = (data, m)
+        digest = hashlib.sha256(data).digest()
+        if known is not None and known.digest == digest:
+            m = known.manifest if known.manifest is not None else self._own(data, path)
+        else:
+            rel, store = manifest._names(Path(path), self.root)
+            m = manifest.decode(data, self.key, rel=rel, store=store, path=path)
+        if len(_verified) >= _READ_CACHE_MAX:
+            _verified.clear()
+        _verified[slot] = _Verified(_ident(st), digest, m, _settled(st))
         return m
+
+    def _own(self, data: bytes, path: PurePath) -> Manifest:
+        """Parse manifest bytes this process signed itself (their sha256 was checked)."""
+        try:
+            return Manifest.from_json(json.loads(data), path)
+        except ValueError:  # cannot happen for bytes manifest.encode made: verify them
+            rel, store = manifest._names(Path(path), self.root)
+            return manifest.decode(data, self.key, rel=rel, store=store, path=path)
+
+    def _remember(self, path: PurePath, data: bytes) -> None:
+        """Note manifest bytes this process just signed and published at *path*."""
+        name = os.fspath(path)
+        try:
+            st = os.stat(name)
+        except OSError:
+            return
+        if st.st_size != len(data):
+            return  # not ours (cannot happen: the file was created exclusively)
+        if len(_verified) >= _READ_CACHE_MAX:
+            _verified.clear()
+        _verified[(name, self._trust())] = _Verified(
+            _ident(st), hashlib.sha256(data).digest(), None, False
+        )
 
     @staticmethod
     def _json_files(folder: PurePath) -> list[PurePath]:
+        top = os.fspath(folder)
         try:
-            names = os.listdir(folder)
+            names = os.listdir(top)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return [folder / n for n in names if n.endswith(".json") and not fsio.is_temp_name(n)]
+        kind = type(folder)
+        # joined as text: a pathlib join per file costs more than the listing
+        return [
+            kind(os.path.join(top, n))
+            for n in names
+            if n.endswith(".json") and not fsio.is_temp_name(n)
+        ]
+
+    def _key_files(self, cell_id: str, key: str) -> list[PurePath]:
+        """The manifest files of (cell_id, key), listed again only when the folder changed.
+
+        The folder's identity (as for manifests, with the same margin) stands for its
+        entries; a listing that missed a new file could only give an older checkpoint of
+        the same key, and a file removed since is skipped when it cannot be read.
+        """
+        name = os.path.join(os.fspath(self.root), "manifests", manifest.cell_dir(cell_id), key)
+        try:
+            st = os.stat(name)
+        except OSError:
+            return []
+        ident = _ident(st)
+        known = _listed.get(name)
+        if known is not None and known[2] and known[0] == ident:
+            return list(known[1])
+        files = self._json_files(type(self.root)(name))
+        if len(_listed) >= _READ_CACHE_MAX:
+            _listed.clear()
+        _listed[name] = (ident, tuple(files), _settled(st))
+        return files
 
     def _misfiled(self, m: Manifest, cell_id: str, key: str | None) -> StoreError | None:
         if m.cell_id == cell_id and (key is None or m.key == key):
@@ -1044,9 +1207,9 @@ class Store:
         bad: list[PurePath] = []
         # Ids are random, so every manifest of the key is read and the newest (by
         # ``created``) wins; a key rarely holds more than a few.
-        for path in sorted(self._json_files(self._key_dir(cell_id, key)), reverse=True):
+        for path in sorted(self._key_files(cell_id, key), reverse=True):
             try:
-                m = self._read(path)
+                m = self._read(path, quick=True)
             except FileNotFoundError:
                 continue  # removed by gc meanwhile
             except (FormatTooNew, Untrusted) as exc:
@@ -1080,7 +1243,7 @@ class Store:
     def _verified(self, paths: Iterable[PurePath]) -> Iterator[Manifest]:
         for path in paths:
             try:
-                yield self._read(path)
+                yield self._read(path, quick=True)
             except (FileNotFoundError, StoreError):
                 continue
 
@@ -1212,10 +1375,32 @@ class Store:
         if self._id_cache is None or now - self._id_cache[0] > _ID_CACHE_SECONDS:
             self._id_cache = (now, self.ids())
         known = self._id_cache[1]
+        self._note_id(checkpoint_id)
+        # the ids by their first characters, rebuilt when the listing changed (or grew
+        # other than through _note_id)
+        if (
+            self._by_prefix is None
+            or self._by_prefix[0] is not known
+            or (self._by_prefix[1] != len(known))
+        ):
+            index: dict[str, list[str]] = {}
+            for i in known:
+                index.setdefault(i[: manifest.SHORT_ID], []).append(i)
+            self._by_prefix = (known, len(known), index)
+        return manifest.unique_prefixes(self._by_prefix[2][checkpoint_id[: manifest.SHORT_ID]])[
+            checkpoint_id
+        ]
+
+    def _note_id(self, checkpoint_id: str) -> None:
+        """Add an id made (or met) since the ids were listed to the listing and its index."""
+        if self._id_cache is None or checkpoint_id in self._id_cache[1]:
+            return
+        known = self._id_cache[1]
         known.add(checkpoint_id)
-        return manifest.unique_prefixes(
-            i for i in known if i[: manifest.SHORT_ID] == checkpoint_id[: manifest.SHORT_ID]
-        )[checkpoint_id]
+        if self._by_prefix is not None and self._by_prefix[0] is known:
+            _, count, index = self._by_prefix
+            index.setdefault(checkpoint_id[: manifest.SHORT_ID], []).append(checkpoint_id)
+            self._by_prefix = (known, count + 1, index)
 
     def manifests(self) -> list[Manifest]:
         """Every verified checkpoint of the store, oldest first."""
@@ -1326,16 +1511,37 @@ class Store:
         manifest: Manifest,
         cache: dict[Any, Any] | None = None,
         names: Iterable[str] | None = None,
+        reuse: Iterable[str] = (),
     ) -> dict[str, object]:
         """The extras of a verified checkpoint (verified like values).
 
         Pass the same *cache* (blob address → verified bytes) to several loads so a
-        blob shared between them is read and verified once.
+        blob shared between them is read and verified once.  Extras named in *reuse*
+        are ones the caller only reads (the RNG state, the recorded output): their bytes
+        are read and verified as always, and when bytes at the same place of the same
+        blob (so, the same bytes) were decoded before in this process, that object is
+        returned instead of unpickling them again.
         """
         cache = {} if cache is None else cache
         wanted = manifest.extras if names is None else [n for n in names if n in manifest.extras]
+        shareable = set(reuse)
         with self._sweeping(manifest):
-            return {n: self._decode(manifest, n, manifest.extras[n], cache) for n in wanted}
+            out: dict[str, object] = {}
+            for n in wanted:
+                ref = manifest.extras[n]
+                if n not in shareable or not _reusable(ref):
+                    out[n] = self._decode(manifest, n, ref, cache)
+                    continue
+                self._blob(manifest, ref, cache)  # verified now, whatever was decoded before
+                where = (ref.blob, ref.offset, ref.length, ref.member)
+                known = _decoded.get(where, MISSING)
+                if known is MISSING:
+                    known = self._decode(manifest, n, ref, cache)
+                    if len(_decoded) >= _DECODED_MAX:
+                        _decoded.clear()
+                    _decoded[where] = known
+                out[n] = known
+            return out
 
     def _blob(
         self, m: Manifest, ref: BlobRef, cache: dict[Any, Any], *, own: bool = False

@@ -1,0 +1,191 @@
+"""What the fast hit path remembers gives what doing the work again gives: the cell
+transform, the parsed options, the RNG state, the decoded extras."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from ipy_resume import rng
+from ipy_resume.magics import CheckpointMagics
+from ipy_resume.store import store as store_module
+
+
+def magics_of(shell: InteractiveShell) -> CheckpointMagics:
+    found = shell.magics_manager.registry["CheckpointMagics"]
+    assert isinstance(found, CheckpointMagics)
+    return found
+
+
+BODIES = [
+    "y = x + 1",
+    "pwd",  # automagic on a one-line cell: depends on the namespace
+    "files = !ls\nn = len(files)",
+    "names = %who_ls\nk = 1",
+    "  indented = 1\n  more = 2",
+    ">>> p = 1\n>>> q = p + 1",
+    "x?",
+    "print('%d' % 3)",
+]
+
+
+def test_the_remembered_transform_is_ipythons(shell: InteractiveShell) -> None:
+    m = magics_of(shell)
+    for body in BODIES:
+        assert m._transform(body) == shell.transform_cell(body), body
+        assert m._transform(body) == shell.transform_cell(body), body  # remembered now
+    shell.user_ns["pwd"] = "mine"  # shadows the magic: the one-line cell is plain Python now
+    assert m._transform("pwd") == shell.transform_cell("pwd") == "pwd\n"
+    del shell.user_ns["pwd"]
+    assert "run_line_magic" in m._transform("pwd")
+
+
+def test_a_transform_added_later_applies_every_time(shell: InteractiveShell) -> None:
+    m = magics_of(shell)
+    calls: list[int] = []
+
+    def post(lines: list[str]) -> list[str]:
+        calls.append(1)
+        return [line.replace("SEVEN", "7") for line in lines]
+
+    assert m._transform("a = SEVEN\nb = 1") == "a = SEVEN\nb = 1\n"
+    shell.input_transformers_post.append(post)
+    try:
+        for n in (1, 2):
+            assert m._transform("a = SEVEN\nb = 1") == "a = 7\nb = 1\n"
+            assert len(calls) == n
+    finally:
+        shell.input_transformers_post.remove(post)
+
+
+def test_a_cell_with_ipython_syntax_hits_with_its_values(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cell = "%%checkpoint syntax\nout = !echo hi\ntotal = len(out) + 1"
+    for _ in range(2):
+        result = shell.run_cell(cell)
+        assert result.success, result.error_in_exec
+        assert list(shell.user_ns["out"]) == ["hi"] and shell.user_ns["total"] == 2
+    assert "restored 'syntax'" in capsys.readouterr().err
+
+
+def test_options_are_parsed_once_and_malformed_lines_fail_each_time(
+    shell: InteractiveShell,
+) -> None:
+    m = magics_of(shell)
+    first = m._options("c --inputs a,b --deps x.csv y.csv --seed 3")
+    first.inputs.append("mutated")
+    first.deps.clear()
+    again = m._options("c --inputs a,b --deps x.csv y.csv --seed 3")
+    assert again.inputs == ["a", "b"] and again.deps == ["x.csv", "y.csv"]
+    assert again.seed == 3 and again is not first
+    for _ in range(2):
+        with pytest.raises(UsageError, match="not both"):
+            m._options("c --seed 1 --no-seed")
+        with pytest.raises(UsageError, match="not a variable name"):
+            m._options("c --inputs 1x")
+
+
+def test_the_store_memo_follows_the_working_directory(
+    shell: InteractiveShell, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = magics_of(shell)
+    monkeypatch.delenv("IPY_RESUME_DIR")
+    here = m.engine()
+    assert Path(here.store.root) == (isolated / ".ipy_resume").resolve()
+    (isolated / "sub").mkdir()
+    monkeypatch.chdir(isolated / "sub")
+    there = m.engine()
+    assert there is not here
+    assert Path(there.store.root) == (isolated / "sub" / ".ipy_resume").resolve()
+    monkeypatch.setenv("IPY_RESUME_DIR", str(isolated / "named"))
+    assert Path(m.engine().store.root) == (isolated / "named").resolve()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345, 2**32 - 1, 2**40 + 7])
+def test_an_untouched_numpy_generator_is_restored_by_seeding(seed: int) -> None:
+    rng.seed_all(seed)
+    random.random()  # the Python generator moved, numpy's did not
+    state = rng.snapshot(seed)
+    assert state["numpy_seed"] == seed % 2**32
+    assert "numpy" in state  # the full state too, for readers without the shortcut
+    expected_np = np.random.get_state(legacy=False)
+    expected_py = random.random()
+    np.random.rand(10)
+    random.random()
+    rng.restore(state)
+    assert random.random() == expected_py
+    got = np.random.get_state(legacy=False)
+    assert (got["state"]["key"] == expected_np["state"]["key"]).all()
+    assert got["state"]["pos"] == expected_np["state"]["pos"]
+
+
+@pytest.mark.parametrize("draws", [1, 624, 1248])
+def test_a_generator_that_drew_keeps_its_full_state(draws: int) -> None:
+    rng.seed_all(7)
+    np.random.bytes(4 * draws)  # 32-bit words: 624 of them bring the position back to 624
+    state = rng.snapshot(7)
+    assert "numpy_seed" not in state
+    after = np.random.rand(3)
+    rng.seed_all(99)
+    rng.restore(state)
+    assert (np.random.rand(3) == after).all()
+    assert "numpy_seed" not in rng.snapshot(None)
+
+
+def test_a_gaussian_in_hand_is_not_a_fresh_seed() -> None:
+    rng.seed_all(5)
+    np.random.standard_normal()  # draws two, keeps one for later
+    assert "numpy_seed" not in rng.snapshot(5)
+
+
+def test_extras_decoded_once_are_still_verified(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_module.forget_verified()
+    cell = "%%checkpoint noisy\nprint('hello')\nv = 1"
+    shell.run_cell(cell)
+    shell.run_cell(cell)
+    shell.run_cell(cell)
+    assert capsys.readouterr().out.count("hello") == 3  # printed, then replayed twice
+    decoded = list(store_module._decoded.values())
+    assert decoded, "the output record and the RNG state are remembered"
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (found,) = engine.store.manifests()
+    ref = found.extras["outputs"]
+    blob = Path(engine.store.blob_path(ref.blob))
+    data = bytearray(blob.read_bytes())
+    data[ref.offset] ^= 0xFF
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+    shell.run_cell(cell)
+    captured = capsys.readouterr()
+    assert "corrupt" in captured.err and "executed 'noisy'" in captured.err
+    assert captured.out.count("hello") == 1
+
+
+def test_a_name_moved_on_is_not_linked_however_many_entries(tmp_path: Path) -> None:
+    from ipy_resume.sharing import SharedObjects
+    from ipy_resume.store import Store
+
+    store = Store(tmp_path / "st", key=bytes(32))
+    namespace: dict[str, object] = {f"n{i}": [i, i + 1] for i in range(100)}
+    saved = store.save("many", "k1", namespace).manifest
+    shared = SharedObjects()
+    shared.note(saved, dict(namespace), namespace)
+    old = namespace["n5"]
+    assert id(old) in shared.candidates()
+    del namespace["n5"]  # the user deletes one name, then a hit notes another cell
+    namespace["x"] = [0]
+    other = store.save("other", "k2", {"x": namespace["x"]}).manifest
+    shared.note(other, {"x": namespace["x"]}, namespace)
+    found = shared.candidates()
+    assert id(old) not in found
+    assert id(namespace["n6"]) in found and id(namespace["x"]) in found
+    assert "n5" not in shared.holders({id(old)}, {id(old)})
