@@ -671,7 +671,6 @@ def pickle_group(
     pickler.clear_memo()
     linked = {i for i, token in (links or {}).items() if token in pickler.used}
     held = identities(values.values(), linked)
-    held.update(linked)  # the linked objects themselves (not their insides) count as held
     held.update(pickler.view_roots)  # addresses of the memory views elsewhere point into
     roots = [root for root, _, _ in pickler.view_roots.values()]
     return PickledGroup(stream, buffers, pickler.used, held, reached, roots)
