@@ -281,20 +281,11 @@ class SharedObjects:
         if not members and not reached:
             return {}
         matched: set[str] = set()  # checkpoints with a value that holds one of them
-        live = {tok: id(obj) for tok, e in self._entries.items() if (obj := e.get()) is not MISSING}
         for tok, entry in self._entries.items():
             obj = entry.get()
             if obj is MISSING:
                 continue
-            if (
-                id(obj) in members
-                or id(obj) in reached
-                or self._holds(tok, entry, obj, members)
-                # a value stored with a link to an object these values hold (a DataFrame
-                # built on a Series' index, which this cell changes through the Series):
-                # its walk stopped at the link, so the link itself is the evidence
-                or any(live.get(link) in members for link in entry.links)
-            ):
+            if id(obj) in members or id(obj) in reached or self._holds(tok, entry, obj, members):
                 matched.add(tok.partition("/")[0])
         # All the names of such a checkpoint, not only the one that matched: they share
         # objects among themselves, and storing one of them again alone would part it from

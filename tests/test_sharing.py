@@ -183,27 +183,3 @@ def test_an_object_changed_through_another_keeps_its_name_and_sharing(tmp_path: 
     second = run_process(tmp_path, cells, PIPE_CHECKS)
     assert all("restored" in s for s in _statuses(second)), _statuses(second)
     assert second["eval"] == first["eval"]
-
-
-SERIES = (
-    "%%checkpoint series\nimport pandas as pd\n"
-    "index = pd.MultiIndex.from_tuples([('CA', 2010), ('CA', 2020), ('NY', 2010)])\n"
-    "pop = pd.Series([1, 2, 3], index=index)"
-)
-FRAME = "%%checkpoint frame\npop_df = pd.DataFrame({'total': pop, 'u': [4, 5, 6]})"
-RENAME = "%%checkpoint rename\npop.index.names = ['state', 'year']"
-FRAME_CHECKS = {"same": "pop_df.index is pop.index", "names": "list(pop_df.index.names)"}
-
-
-def test_a_frame_built_on_a_series_index_follows_a_later_change_through_the_series(
-    tmp_path: Path,
-) -> None:
-    # Found in a public tutorial (hierarchical indexing): the frame shares the Series' index
-    # (stored as a link), and a later cell renames the index levels through the Series.
-    pytest.importorskip("pandas")
-    cells = [SERIES, FRAME, RENAME]
-    first = run_process(tmp_path, cells, FRAME_CHECKS)
-    assert first["eval"] == {"same": "True", "names": "['state', 'year']"}
-    second = run_process(tmp_path, cells, FRAME_CHECKS)
-    assert all("restored" in s for s in _statuses(second)), _statuses(second)
-    assert second["eval"] == first["eval"]
