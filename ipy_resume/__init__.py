@@ -47,10 +47,6 @@ def load_ipython_extension(ipython: Any) -> None:
         from .ipython_settings import register as register_settings
 
         register_settings(ipython)
-        from .store import background
-
-        # Timeline events of saves the background writer finished during the cell.
-        ipython.events.register("post_run_cell", lambda *_: background.drain())
         _wake_on_saves(ipython)
     # The side panel's channel; a no-op outside a kernel, idempotent inside one.
     from .comm import register
@@ -59,19 +55,22 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def _wake_on_saves(ipython: Any) -> None:
-    """In a kernel: record each background save's event, and tell the panel, as soon as
-    the save is durable (on the kernel's main thread, between cells)."""
-    loop = getattr(getattr(ipython, "kernel", None), "io_loop", None)
-    if loop is None or not hasattr(loop, "add_callback"):
-        return  # a terminal or a test shell: the next cell drains
+    """Record each background save's timeline event, and tell the panel and any widget,
+    after every cell and, in a kernel, as soon as the save is durable (between cells)."""
     from .comm import notify_changed
     from .store import background
 
-    def settle() -> None:
-        if background.drain():  # (already reported after its cell: nothing new to say)
+    def settle(*_: Any) -> None:
+        if background.drain():  # (already reported: nothing new to say)
             notify_changed(ipython)
 
-    background.set_waker(lambda: loop.add_callback(settle))
+    # Timeline events of saves the writer finished during the cell, after every cell (a
+    # widget made by the cell, or the panel, is told of them then)...
+    ipython.events.register("post_run_cell", settle)
+    # ...and in a kernel, as soon as a save is durable, between cells.
+    loop = getattr(getattr(ipython, "kernel", None), "io_loop", None)
+    if loop is not None and hasattr(loop, "add_callback"):
+        background.set_waker(lambda: loop.add_callback(settle))
 
 
 def unload_ipython_extension(ipython: Any) -> None:
