@@ -7,6 +7,7 @@ Only loopback addresses are ever used.  The server runs as its own process
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import struct
 import subprocess
@@ -40,6 +41,8 @@ class MotoServer:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Settings for the server process, e.g. ``INITIAL_NO_AUTH_ACTION_COUNT``."""
 
     @property
     def endpoint(self) -> str:
@@ -54,6 +57,7 @@ class MotoServer:
             [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)],
             stdout=out,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **self.extra_env} if self.extra_env else None,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -95,8 +99,8 @@ class MotoServer:
 
 
 @contextlib.contextmanager
-def moto_server(log: Path | None = None) -> Iterator[MotoServer]:
-    server = MotoServer(log=log)
+def moto_server(log: Path | None = None, **extra_env: str) -> Iterator[MotoServer]:
+    server = MotoServer(log=log, extra_env=extra_env)
     server.start()
     try:
         yield server

@@ -282,3 +282,22 @@ def test_store_is_still_a_folder_for_paths(tmp_path: Path) -> None:
 
 def test_remote_error_is_an_os_error() -> None:
     assert issubclass(RemoteError, OSError)
+
+
+def test_requests_per_small_save_and_restore(s3_url: str) -> None:
+    """The costs page quotes these counts; a change that adds round trips shows here."""
+    open_store(s3_url).save("warm", "k", {"x": 1})  # store.json and the seed exist
+    counts = []
+    for i in range(2):
+        writer = open_store(s3_url)
+        before = writer.backend.requests  # type: ignore[attr-defined]
+        writer.save("c", f"k{i}", {"a": np.arange(1000.0) + i, "o": {"i": i}})
+        saved = writer.backend.requests - before  # type: ignore[attr-defined]
+        reader = open_store(s3_url)
+        before = reader.backend.requests  # type: ignore[attr-defined]
+        found = reader.find("c", f"k{i}")
+        assert found is not None and reader.load_values(found)["o"] == {"i": i}
+        counts.append((saved, reader.backend.requests - before))  # type: ignore[attr-defined]
+    assert counts[0] == counts[1]  # the same work each time, nothing accumulates
+    save, restore = counts[0]
+    assert save <= 8 and restore <= 3, counts

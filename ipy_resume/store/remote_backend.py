@@ -201,9 +201,11 @@ class FsspecBackend(Backend):
             options.setdefault("use_listings_cache", False)
             # One attempt per call: the retry loop here owns the backoff and the
             # deadline, so a stopped server is waited for as long as RETRY_SECONDS says.
+            # botocore's ``max_attempts`` counts retries (1 would mean two attempts, hiding
+            # every lone 500 and 503 from the loop); ``total_max_attempts`` counts attempts.
             options.setdefault(
                 "config_kwargs",
-                {"retries": {"max_attempts": 1, "mode": "standard"}, "connect_timeout": 5},
+                {"retries": {"total_max_attempts": 1, "mode": "standard"}, "connect_timeout": 5},
             )
             options.setdefault("skip_instance_cache", True)
         self.fs = fsspec.filesystem(protocol, **options)
