@@ -41,16 +41,13 @@ _seen: set[str] = set()  # module names indexed so far
 _indexed_modules = -1
 
 
-def _index_modules(full: bool = False) -> None:
-    """Index the modules imported since the last call (all of them with *full*).
+def _index_modules() -> None:
+    """Index the modules imported since the last call.
 
     Incremental, because a cell that imports anything grows ``sys.modules`` and a full
     scan of two thousand modules costs tens of milliseconds.
     """
     global _indexed_modules
-    if full:
-        _index.clear()
-        _seen.clear()
     main = sys.modules.get("__main__")
     for name, module in list(sys.modules.items()):
         if name in _seen:
