@@ -22,6 +22,7 @@ The target: a first wrapped run at most 1.2x the plain run.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,17 +48,34 @@ def _runner() -> Any:
     return corpus_runner
 
 
+def notebooks_and_data(runner: Any) -> tuple[list[Path], tuple[Path, ...]]:
+    """The corpus's notebooks, or those of ``$IPY_RESUME_BENCH_CORPUS`` with its other files.
+
+    A folder of notebooks fetched from elsewhere (say a tutorial's ``notebooks/``) is
+    measured the same way; every other file and folder in it (``data/``) is copied next
+    to each notebook for each run, as the notebooks expect to find it.
+    """
+    folder = os.environ.get("IPY_RESUME_BENCH_CORPUS")
+    if not folder:
+        return runner.corpus_notebooks(), ()
+    where = Path(folder)
+    data = tuple(sorted(p for p in where.iterdir() if p.suffix != ".ipynb"))
+    return sorted(where.glob("*.ipynb")), data
+
+
 def workload(ctx: Ctx) -> None:
     """Every corpus notebook, ``ctx.repeat`` times, notebook after notebook."""
     runner = _runner()
-    notebooks = runner.corpus_notebooks()
+    notebooks, data = notebooks_and_data(runner)
     if ctx.sizes.scale < QUICK_SCALE:
         notebooks = notebooks[:3]
     for r in range(ctx.repeat):
         for notebook in notebooks:
             system = f"corpus:{notebook.stem}"
             folder = ctx.folder(f"corpus-{r}", notebook.stem)
-            result = runner.run_three_ways(notebook, folder, explain=False, instrument=True)
+            result = runner.run_three_ways(
+                notebook, folder, explain=False, instrument=True, data=data
+            )
             plain, wrapped, restored = (result.runs[k] for k in runner.RUNS)
             rec = ctx.rec
             rec.add(system, "cells", len(plain.notebook_cells()))
