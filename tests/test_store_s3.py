@@ -187,6 +187,46 @@ def test_journal_shows_every_kernels_events(s3_url: str) -> None:
     assert {e.session for e in b.journal().events()} == {"A", "B"}
 
 
+def test_a_restore_event_reaches_the_bucket_without_the_hit_waiting(
+    s3_url: str, tmp_path: Path
+) -> None:
+    """append_later: in the local index at once, in the bucket by the time the process ends."""
+    from ipy_resume.store.journal import Event
+
+    journal = open_store(s3_url).journal()
+    event = journal.append_later(Event(cell_id="train", session="A", outcome="restored"))
+    assert [e.event_id for e in journal.index.events()] == [event.event_id]
+    assert journal.flush(timeout=60) and journal.deferred_error is None
+    assert [e.session for e in open_store(s3_url).journal().events()] == ["A"]
+
+    code = (
+        "import sys\n"
+        "from ipy_resume.store import open_store\n"
+        "from ipy_resume.store.journal import Event\n"
+        "j = open_store(sys.argv[1]).journal()\n"
+        "j.append_later(Event(cell_id='train', session='B', outcome='restored'))\n"
+    )  # and exits at once: the upload is finished on the way out
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    env["IPY_RESUME_CACHE_DIR"] = str(tmp_path / "other-cache")
+    out = subprocess.run(
+        [sys.executable, "-c", code, s3_url], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    journal.sync(force=True)
+    assert sorted(e.session for e in journal.events()) == ["A", "B"]
+
+
+def test_a_failed_event_upload_is_kept_for_the_message(s3_server: Any, s3_url: str) -> None:
+    from ipy_resume.store.journal import Event
+
+    journal = open_store(s3_url).journal()
+    s3_server.client().delete_bucket(Bucket=s3_url.split("/")[2])  # the bucket goes away
+    journal.append_later(Event(cell_id="train", session="A", outcome="restored"))
+    assert journal.flush(timeout=120)
+    assert isinstance(journal.deferred_error, OSError)
+    assert "does not exist" in str(journal.deferred_error)
+
+
 # ---- errors ----------------------------------------------------------------------------------
 
 

@@ -14,22 +14,32 @@ panel and the widget show kernel A's events, at the cost of one LIST request (pe
 
 Events are display data: they are parsed strictly (a malformed object is skipped) and
 never unpickled; what is restored is decided by the signed manifests alone.
+
+A restore's event (:meth:`RemoteJournal.append_later`) goes into the local index at once
+and up to the bucket from a helper thread, so a hit does not wait for a PUT.  Queued
+uploads are written before the process exits (waiting at most :data:`EXIT_WAIT` seconds
+for a slow server); a kernel killed before then loses those events from other machines'
+view of the timeline, and nothing else.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
+import os
+import queue
 import sqlite3
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipy_resume.store.blobcache import default_cache_dir
-from ipy_resume.store.journal import OUTCOMES, Event, Journal, insert_event
+from ipy_resume.store.journal import OUTCOMES, SYNC_ENV, Event, Journal, insert_event
 
 if TYPE_CHECKING:
     from ipy_resume.store.remote import RemoteStore
@@ -38,6 +48,8 @@ __all__ = ["EVENTS", "RemoteJournal", "event_from_json"]
 
 EVENTS = "events"
 _REFRESH_SECONDS = 1.0  # the panel asks several questions in a row: one listing serves them
+EXIT_WAIT = 10.0
+"""The longest the process waits at exit for restore events still going up to the bucket."""
 
 
 def _str(value: object, *, optional: bool = False) -> str | None:
@@ -116,17 +128,60 @@ class RemoteJournal:
         self.quarantined: list[str] = []
         self._synced = 0.0
         self._lock = threading.Lock()
+        # why events given to append_later did not reach the bucket (None: all did)
+        self.deferred_error: BaseException | None = None
+        self._uploads: queue.Queue[Event] = queue.Queue()
+        self._uploader: threading.Thread | None = None
 
     def close(self) -> None:
+        self.flush()
         self.index.close()
 
     def append(self, event: Event) -> Event:
         """Write *event* to the bucket (the record), then to the local index."""
+        self._put(event)
+        return self.index.append(event)
+
+    def _put(self, event: Event) -> None:
         doc = event.to_json()
         doc.pop("seq", None)
         data = json.dumps(doc, sort_keys=True).encode("utf-8")
         self.backend.put(_key(event), [data])
-        return self.index.append(event)
+
+    def append_later(self, event: Event) -> Event:
+        """Record *event* in the local index now and upload it from a helper thread.
+
+        For a restore's event: the hit does not wait for a round trip to the server.
+        A failed upload is kept in ``deferred_error`` (the engine says so once).
+
+        >>> journal.append_later(Event(cell_id="c", session="s", outcome="restored"))  # doctest: +SKIP
+        """
+        if os.environ.get(SYNC_ENV) == "1":
+            return self.append(event)
+        event = self.index.append_later(event)
+        self._uploads.put(event)
+        if self._uploader is None or not self._uploader.is_alive():
+            self._uploader = threading.Thread(
+                target=_upload, args=(weakref.ref(self),), name="ipy_resume-events", daemon=True
+            )
+            self._uploader.start()
+            _pending.add(self)
+            _flush_before_exit()
+        return event
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the events given to :meth:`append_later` are in the bucket.
+
+        True when none is left (also when some failed: see ``deferred_error``).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._uploads.unfinished_tasks:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            if self._uploader is None or not self._uploader.is_alive():
+                return False  # (a forked child: the parent uploads its own events)
+            time.sleep(0.005)
+        return True
 
     def sync(self, force: bool = False) -> int:
         """Fetch events other kernels wrote since the last look; how many were new."""
@@ -185,3 +240,59 @@ class RemoteJournal:
     def last(self, session: str | None = None) -> Event | None:
         self.sync()
         return self.index.last(session)
+
+
+_pending: weakref.WeakSet[RemoteJournal] = weakref.WeakSet()
+
+
+def _upload(ref: weakref.ref[RemoteJournal]) -> None:
+    journal = ref()
+    if journal is None:
+        return
+    uploads = journal._uploads
+    del journal  # hold the journal only while there is work
+    while True:
+        event = uploads.get()
+        journal = ref()
+        try:
+            if journal is not None:
+                journal._put(event)
+        except OSError as exc:
+            if journal is not None:
+                journal.deferred_error = exc
+        finally:
+            uploads.task_done()
+            del journal
+
+
+_exit_hook = False
+
+
+def _flush_before_exit() -> None:
+    """Have :func:`_flush_at_exit` run while the interpreter can still make requests.
+
+    Plain ``atexit`` handlers run after ``concurrent.futures`` has stopped its thread
+    pools, and the client's event loop resolves hosts on one ("cannot schedule new
+    futures after interpreter shutdown"). ``threading``'s own exit hooks run before
+    that, last registered first, so this one (registered after the client's modules
+    were imported) runs ahead of the pools' shutdown. Where that hook is missing the
+    plain ``atexit`` one is used.
+    """
+    global _exit_hook
+    if _exit_hook:
+        return
+    _exit_hook = True
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is not None:
+            register(_flush_at_exit)
+            return
+    except RuntimeError:  # already shutting down
+        return
+    atexit.register(_flush_at_exit)
+
+
+def _flush_at_exit() -> None:
+    deadline = time.monotonic() + EXIT_WAIT
+    for journal in list(_pending):
+        journal.flush(timeout=max(0.0, deadline - time.monotonic()))
