@@ -53,7 +53,9 @@ def notebooks_and_data(runner: Any) -> tuple[list[Path], tuple[Path, ...]]:
 
     A folder of notebooks fetched from elsewhere (say a tutorial's ``notebooks/``) is
     measured the same way; every other file and folder in it (``data/``) is copied next
-    to each notebook for each run, as the notebooks expect to find it.
+    to each notebook for each run, as the notebooks expect to find it.  Their cells get
+    ``$IPY_RESUME_BENCH_CELL_TIMEOUT`` seconds (default 600) before counting as stalled:
+    a tutorial's slowest cell on a loaded machine outlasts the corpus's limit.
     """
     folder = os.environ.get("IPY_RESUME_BENCH_CORPUS")
     if not folder:
@@ -67,6 +69,9 @@ def workload(ctx: Ctx) -> None:
     """Every corpus notebook, ``ctx.repeat`` times, notebook after notebook."""
     runner = _runner()
     notebooks, data = notebooks_and_data(runner)
+    timeout: dict[str, float] = {}
+    if data or os.environ.get("IPY_RESUME_BENCH_CORPUS"):
+        timeout["cell_timeout"] = float(os.environ.get("IPY_RESUME_BENCH_CELL_TIMEOUT", "600"))
     if ctx.sizes.scale < QUICK_SCALE:
         notebooks = notebooks[:3]
     for r in range(ctx.repeat):
@@ -74,7 +79,7 @@ def workload(ctx: Ctx) -> None:
             system = f"corpus:{notebook.stem}"
             folder = ctx.folder(f"corpus-{r}", notebook.stem)
             result = runner.run_three_ways(
-                notebook, folder, explain=False, instrument=True, data=data
+                notebook, folder, explain=False, instrument=True, data=data, **timeout
             )
             plain, wrapped, restored = (result.runs[k] for k in runner.RUNS)
             rec = ctx.rec
