@@ -53,6 +53,7 @@ from ipy_resume.store import fsio
 __all__ = [
     "MAP_LIVE_MAX",
     "MAP_MIN",
+    "QUARANTINE",
     "SHA256",
     "XXH3",
     "BlobStore",
@@ -63,6 +64,8 @@ __all__ = [
     "valid_address",
 ]
 
+QUARANTINE = "quarantine"
+"""The prefix of what failed verification (nothing reads it; ``gc`` empties it)."""
 XXH3 = "xxh3_128"
 SHA256 = "sha256"
 _HEX_LEN = {XXH3: 32, SHA256: 64}

@@ -216,8 +216,8 @@ class RemoteStore(Store):
         cache: BlobCache | None = None,
     ) -> None:
         self.url = url
-        self.backend = FsspecBackend(url) if backend is None else backend
-        super().__init__(Path("/"), key=key)  # root is never used as a folder here
+        remote = FsspecBackend(url) if backend is None else backend
+        super().__init__(Path("/"), key=key, backend=remote)  # root is never a folder here
         self.root = PurePosixPath(".")  # type: ignore[assignment]
         self.blobs = RemoteBlobs(self.backend, BlobCache() if cache is None else cache)  # type: ignore[assignment]
         self._listed: dict[str, ObjectInfo] = {}  # key -> as last listed

@@ -50,6 +50,7 @@ from ipy_resume.store import (
 )
 from ipy_resume.store.audit import Audit, refusal
 from ipy_resume.store.audit import audit as audit_store
+from ipy_resume.store.backend import Backend, LocalBackend
 from ipy_resume.store.blobs import MAP_MIN, SHA256, XXH3, BlobStore, aligned_empty
 from ipy_resume.store.fsio import (
     CorruptBlob,
@@ -524,8 +525,17 @@ class Store:
     stages_saves: bool = True
     """Saves can be staged to local files and made durable in the background (not a bucket)."""
 
-    def __init__(self, root: str | os.PathLike[str], key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        key: bytes | None = None,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
         self.root = Path(root)
+        # store contents are addressed by key through this; see backend.py for the
+        # capabilities (flock, local files) the local store builds on
+        self.backend: Backend = LocalBackend(self.root) if backend is None else backend
         self.key = signing.load_or_create_key() if key is None else bytes(key)
         self.blobs = BlobStore(self.root)
         self._info: dict[str, Any] | None = None
