@@ -437,11 +437,6 @@ class RemoteStore(Store):
             self._journal = RemoteJournal(self)  # type: ignore[assignment]
         return self._journal
 
-    def audit(self) -> Any:
-        from ipy_resume.store import remote_maintenance
-
-        return remote_maintenance.audit(self)
-
     def trust(self, problems: list[str] | None = None) -> int:
         from ipy_resume.store import remote_maintenance
 

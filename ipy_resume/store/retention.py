@@ -431,8 +431,7 @@ def collect(
             if remove(store.relative(path)):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
                 report.removed_broken.append(store.relative(path))
-        for path in found.strays:
-            stray = store.relative(path)
+        for stray in found.strays:
             if _old_enough(backend.stat(stray), grace, now) and remove(stray):
                 report.removed_strays.append(stray)
         report.kept_checkpoints = len(kept)

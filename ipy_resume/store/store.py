@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, Protocol
 
 import numpy as np
@@ -664,6 +664,17 @@ class Store:
         """True when the next save of (cell_id, key) replaces a checkpoint that failed to
         load: it checks every blob it reuses, so it is not left to the background writer."""
         return (cell_id, key) in self._suspect
+
+    def path_of(self, key: str) -> PurePath:
+        """What a manifest read from *key* carries as ``path``: its file, or (in a bucket)
+        the key itself.
+
+        >>> Store("/tmp/s").path_of("manifests/train/k/0190ab.json")
+        PosixPath('/tmp/s/manifests/train/k/0190ab.json')
+        """
+        if self.backend.local_files:
+            return self.backend.local_path(key)
+        return PurePosixPath(key)
 
     def blob_path(self, address: str) -> PurePath:
         """The file of blob *address*."""
