@@ -14,13 +14,33 @@ and a handful of primitives:
 ``stat``           size and modification time of one key, or None
 =================  ======================================================================
 
-Capability flags say what else a backend can do: ``file_locks`` (``flock`` on the
-store's folder, so ``gc`` and saves exclude each other), ``atomic_rename``.  Generic
-operations (``exists``, ``copy``, ``age``) are written once on top of the primitives.
+Generic operations (``exists``, ``copy``, ``move``, ``names``: one level of a prefix)
+are written once on top of the primitives.
+
+The :class:`~ipy_resume.store.store.Store`, ``verify`` (:mod:`.audit`), ``gc``
+(:mod:`.retention`) and ``trust`` address what a store holds by these keys through
+``store.backend``.  What only a local folder can do is a *capability* of the backend,
+never a path the store computes:
+
+=================  ======================================================================
+``file_locks``     ``lock(exclusive=..., timeout=..., purpose=...)``: the ``flock`` that
+                   makes saves (shared) and gc (exclusive) exclude each other; a backend
+                   without it yields False, and gc falls back on its grace period (a
+                   bucket's saves and gc use leases and markers instead, see remote.py)
+``local_files``    ``local_path(key)``: the file behind a key, for what needs a file (the
+                   local store maps blobs, checks manifests by inode and times, stages
+                   temp files it renames into place, and keeps a SQLite journal: see
+                   the README's architecture); ``leftovers()``: temp files interrupted
+                   writes left; ``prune(prefixes)``: empty folders
+``atomic_rename``  ``move`` is a rename (else a copy plus a delete)
+=================  ======================================================================
+
+``prepare()`` readies a new store's place before its first write (makes the folder,
+or checks that the bucket exists).
 
 :class:`LocalBackend` is a folder, written through :mod:`.fsio` (temp file, fsync,
 ``os.replace``/``os.link``, folder fsync), so it keeps every guarantee the local store
-gives.  The object-store implementation is :class:`.objects.FsspecBackend`.
+gives.  The object-store implementation is :class:`.remote_backend.FsspecBackend`.
 """
 
 from __future__ import annotations
@@ -140,6 +160,10 @@ class Backend(abc.ABC):
     def prune(self, prefixes: Iterable[str]) -> None:  # noqa: B027 - optional hook
         """Remove the empty folders below each of *prefixes* (where a backend has folders)."""
 
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Before a new store's first write: make its folder, or check that the bucket exists
+        (raising a one-line error when it does not)."""
+
     # -- generic operations, written once on the primitives -------------------------------
 
     def names(self, prefix: str) -> builtins.list[str]:
@@ -207,6 +231,9 @@ class LocalBackend(Backend):
                         st = path.stat()
                         key = path.relative_to(self.root).as_posix()
                         yield ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def prepare(self) -> None:
+        fsio.makedirs(self.root)
 
     def prune(self, prefixes: Iterable[str]) -> None:
         for prefix in prefixes:

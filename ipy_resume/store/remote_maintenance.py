@@ -1,6 +1,6 @@
-"""``trust`` and ``gc`` of a store in a bucket (see :mod:`.remote`).
+"""``gc`` of a store in a bucket (see :mod:`.remote`).
 
-They follow the local rules (:mod:`.audit`, :mod:`.retention`) on the keys of the
+It follows the local rules (:mod:`.retention`) on the keys of the
 bucket.  What differs is how ``gc`` keeps clear of concurrent saves: there is no
 ``flock`` on a bucket, so it uses the two-phase marking described in :mod:`.remote`:
 
@@ -23,7 +23,6 @@ from pathlib import PurePath, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ipy_resume.store import manifest
-from ipy_resume.store.audit import refusal
 from ipy_resume.store.fsio import StoreError
 from ipy_resume.store.leases import GC_MARKER_STALE, marker, stale
 from ipy_resume.store.manifest import Manifest
@@ -33,7 +32,7 @@ from ipy_resume.store.retention import GcReport, retain, scan_manifests
 if TYPE_CHECKING:
     from ipy_resume.store.remote import RemoteStore
 
-__all__ = ["collect", "trust"]
+__all__ = ["collect"]
 
 
 def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
@@ -42,34 +41,6 @@ def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
         return manifest.decode_unverified(data, rel, path)
     except StoreError:
         return None
-
-
-def trust(store: RemoteStore, problems: list[str] | None = None) -> int:
-    """Re-sign, under the user's key, every manifest whose blobs all verify."""
-    problems = [] if problems is None else problems
-    count = 0
-    for obj in store._listing("manifests"):
-        rel = obj.key
-        path = PurePosixPath(rel)
-        if not rel.endswith(".json") or len(path.parts) != 4:
-            continue
-        try:
-            data = store.backend.get(rel)
-        except FileNotFoundError:
-            continue
-        try:
-            m = manifest.decode_unverified(data, rel, path)
-        except StoreError as exc:
-            problems.append(f"not adopted: {exc}")
-            continue
-        refused = refusal(m, store.blobs, rel)
-        if refused is not None:
-            problems.append(refused)
-            continue
-        store.backend.put(rel, [manifest.encode(m, store.key)])
-        count += 1
-    store._read_cache.clear()
-    return count
 
 
 def _referenced(store: RemoteStore) -> set[str] | None:

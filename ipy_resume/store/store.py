@@ -605,7 +605,18 @@ class Store:
         return self._info
 
     def _info_copies(self) -> tuple[info.Copy, info.Copy]:
-        return info.read_copy(self.root / info.FILE), info.read_copy(self.root / info.BACKUP)
+        return self._info_copy(info.FILE), self._info_copy(info.BACKUP)
+
+    def _info_copy(self, name: str) -> info.Copy:
+        try:
+            data = self.backend.get(name)
+        except FileNotFoundError:
+            return info.Copy(name, "missing")
+        except OSError as exc:
+            if isinstance(exc, StoreError):
+                raise  # the store cannot be reached (a bucket's error): not damage
+            return info.Copy(name, "damaged", problem=f"cannot be read ({exc.strerror or exc})")
+        return info.decode_copy(name, data)
 
     def _resolve_info(self, *, heal: bool) -> dict[str, Any]:
         """The store's info from its first sound copy; with *heal*, damaged copies rewritten.
@@ -614,21 +625,22 @@ class Store:
         base seed the manifests carry; a new store gets a new random one.
         """
         primary, backup = self._info_copies()
-        doc = info.first_doc((primary, backup), os.fspath(self.root))
-        if doc is None and (self.root / "manifests").is_dir():
+        doc = info.first_doc((primary, backup), str(self.location))
+        if doc is None and self.backend.names("manifests"):
             doc = info.recover((m.created, m.seed_base) for m in self.manifests())
         if not heal:
             return doc if doc is not None else {}
         if doc is None:
             # a new store (or one whose every checkpoint predates the redundant seed)
-            fsio.makedirs(self.root)
-            with contextlib.suppress(FileExistsError):
-                self._write_info(info.FILE, info.new(manifest.now_iso()), exclusive=True)
-            primary = info.read_copy(self.root / info.FILE)  # another process may have won
+            self.backend.prepare()
+            with self._writing_info():
+                self.backend.put_if_absent(info.FILE, info.encode(info.new(manifest.now_iso())))
+            primary = self._info_copy(info.FILE)  # another process may have won
             if primary.doc is None:
+                hint = "; check the folder's permissions" if self.backend.local_files else ""
                 raise ManifestError(
-                    f"{info.FILE} in {os.fspath(self.root)} could not be created "
-                    f"({primary.problem or primary.state}); check the folder's permissions",
+                    f"{info.FILE} in {self.location} could not be created "
+                    f"({primary.problem or primary.state}){hint}",
                     path=info.FILE,
                 )
             doc = primary.doc
@@ -636,20 +648,20 @@ class Store:
         for copy in (primary, backup):
             if copy.data != wanted:
                 # A read-only store still works; the copy is written by the next writer.
-                with contextlib.suppress(OSError, StoreLocked):
-                    self._write_info(copy.name, doc)
+                with contextlib.suppress(OSError, StoreError), self._writing_info():
+                    self.backend.put(copy.name, [wanted])
         return {k: v for k, v in doc.items() if k != "check"}
 
-    def _write_info(self, name: str, doc: dict[str, Any], *, exclusive: bool = False) -> None:
+    def _writing_info(self) -> contextlib.AbstractContextManager[bool]:
         # under the shared lock: gc must not take our temp file for a leftover
-        with lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"):
-            info.write(self.root / name, doc, exclusive=exclusive)
+        return self.backend.lock(exclusive=False, timeout=self.lock_timeout, purpose="save")
 
     # -- paths ---------------------------------------------------------------
 
     def _rel(self, path: PurePath | str | None) -> str:
+        """The key of *path* (a file of the store, or a key already)."""
         if path is None:
-            return os.fspath(self.root)
+            return str(self.location)
         try:
             return Path(path).relative_to(self.root).as_posix()
         except ValueError:
@@ -1035,11 +1047,10 @@ class Store:
     def _retire(self, paths: Iterable[PurePath]) -> None:
         """Move manifests that can never be restored to quarantine/ (gc deletes them)."""
         for path in paths:
-            rel = self._rel(path).replace("/", ".")
-            name = f"{rel}.{int(time.time() * 1000)}.{secrets.token_hex(3)}"
-            with contextlib.suppress(OSError):
-                fsio.makedirs(self.blobs.quarantine_dir)
-                fsio.move(path, self.blobs.quarantine_dir / name)
+            key = self._rel(path)
+            name = f"{key.replace('/', '.')}.{int(time.time() * 1000)}.{secrets.token_hex(3)}"
+            with contextlib.suppress(OSError, StoreError):
+                self.backend.move(key, f"{blobs.QUARANTINE}/{name}")
 
     def _sweep(self, m: Manifest) -> None:
         """A blob of *m* failed: check all of them, quarantine every bad one.
@@ -1297,11 +1308,13 @@ class Store:
         for path in self._manifest_paths(self._all_cell_dirs()):
             rel = self._rel(path)
             try:
-                data = Path(path).read_bytes()
+                data = self.backend.get(rel)
             except FileNotFoundError:
                 continue
-            except OSError as exc:  # unreadable here: what it refers to is unknown
-                yield Listed(path, rel, error=exc)
+            except OSError as exc:
+                if isinstance(exc, StoreError):
+                    raise  # the store cannot be reached (a bucket's error), not this file
+                yield Listed(path, rel, error=exc)  # unreadable: what it refers to is unknown
                 continue
             yield self._entry(path, rel, data)
 
@@ -1716,15 +1729,17 @@ class Store:
         problems = [] if problems is None else problems
         background.barrier(self.root, callbacks=False)
         count = 0
-        if not self.root.is_dir():
+        if not self.exists():
             return 0
-        with lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="trust"):
+        with self.backend.lock(exclusive=False, timeout=self.lock_timeout, purpose="trust"):
             for path in self._manifest_paths(self._all_cell_dirs()):
                 rel = self._rel(path)
                 try:
-                    m = manifest.decode_unverified(Path(path).read_bytes(), rel, path)
+                    data = self.backend.get(rel)
                 except FileNotFoundError:
                     continue
+                try:
+                    m = manifest.decode_unverified(data, rel, path)
                 except StoreError as exc:
                     problems.append(f"not adopted: {exc}")
                     continue
@@ -1732,8 +1747,10 @@ class Store:
                 if refused is not None:
                     problems.append(refused)
                     continue
-                manifest.resign(path, self.key, root=self.root)
+                # (these bytes, whose blobs were checked: not the file read again)
+                self.backend.put(rel, [manifest.encode(m, self.key)])
                 count += 1
+        self._read_cache.clear()
         return count
 
     def gc(
