@@ -537,7 +537,8 @@ class Store:
         # capabilities (flock, local files) the local store builds on
         self.backend: Backend = LocalBackend(self.root) if backend is None else backend
         self.key = signing.load_or_create_key() if key is None else bytes(key)
-        self.blobs = BlobStore(self.root)
+        local = self.backend if isinstance(self.backend, LocalBackend) else LocalBackend(self.root)
+        self.blobs = BlobStore(local)  # (a bucket's store puts its own in its place)
         self._info: dict[str, Any] | None = None
         # (cell_id, key) -> damaged manifests of a checkpoint that failed to load: the
         # next save of that key checks every blob it would reuse and retires them
