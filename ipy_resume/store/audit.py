@@ -24,7 +24,6 @@ problems: the store is sound and ``gc`` tidies them.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Audit", "Problem", "audit", "check_manifest", "refusal"]
 
+_TEMP_FOLDERS = ("manifests", "objects")
 _KNOWN_TOP = {
     info.FILE,
     info.BACKUP,
@@ -71,7 +71,7 @@ class Audit:
     # checkpoints that can never load (a blob missing or bad) -> their bad blobs
     broken: dict[PurePath, list[str]] = field(default_factory=dict)
     bad_blobs: dict[str, str] = field(default_factory=dict)  # address -> what is wrong
-    strays: list[PurePath] = field(default_factory=list)  # files in objects/ that are no blob
+    strays: list[str] = field(default_factory=list)  # keys in objects/, manifests/ of no use
     blobs_checked: int = 0
     files_checked: int = 0
 
@@ -80,7 +80,7 @@ class Audit:
         return [p.text for p in self.problems]
 
 
-def _uses(store: Store, refs: dict[str, list[Manifest]], address: str) -> str:
+def _uses(refs: dict[str, list[Manifest]], address: str) -> str:
     users = refs.get(address, [])
     first = users[0].describe()
     more = f" and {len(users) - 1} other checkpoint(s)" if len(users) > 1 else ""
@@ -88,58 +88,60 @@ def _uses(store: Store, refs: dict[str, list[Manifest]], address: str) -> str:
 
 
 def audit(store: Store) -> Audit:
-    """Check every file of *store* without changing any.
+    """Check every file of *store* without changing any (a folder or a bucket, by key).
 
     >>> print("\\n".join(audit(Store("s")).lines) or "sound")  # doctest: +SKIP
     sound
     """
     found = Audit()
-    root = store.root
-    if not root.is_dir():
+    backend = store.backend
+    # (a bucket's keys have no folders to list cheaply: there, the store must exist)
+    if not (backend.names("") if backend.local_files else store.exists()):
         return found
-    gc_hint = f"'ipy-resume gc --store {os.fspath(root)}'"
+    gc_hint = f"'ipy-resume gc --store {store.location}'"
 
-    _check_info(store, found, gc_hint)
-    _check_journal(root, found, gc_hint)
+    manifests = list(backend.list("manifests"))
+    _check_info(store, found, gc_hint, bool(manifests))
+    if backend.local_files:  # a bucket's timeline is immutable event objects, no database
+        _check_journal(store.root, found, gc_hint, bool(manifests))
 
     # -- manifests
     refs: dict[str, list[Manifest]] = defaultdict(list)
     expected: dict[str, BlobRef] = {}
-    temps = 0
     newer = False
-    for path in _files(root / "manifests"):
-        rel = store.relative(path)
-        if fsio.is_temp_name(path.name):
-            temps += 1
-            continue
-        if not path.name.endswith(".json") or len(path.relative_to(root).parts) != 4:
+    for obj in manifests:
+        rel = obj.key
+        path = store.path_of(rel)
+        if not rel.endswith(".json") or rel.count("/") != 3:
             found.problems.append(
                 Problem(rel, f"{rel} is not a checkpoint manifest; {gc_hint} removes it", "stray")
             )
-            found.strays.append(path)
+            found.strays.append(rel)
             continue
         found.files_checked += 1
         unusable = check_manifest(store, path, rel, found, refs, expected)
         newer = newer or isinstance(unusable, FormatTooNew)
 
-    temps += _check_blobs(store, found, gc_hint, refs, expected, newer)
+    _check_blobs(store, found, gc_hint, refs, expected, newer)
 
     # -- everything else
-    quarantined = list(_files(store.blobs.quarantine_dir))
+    quarantined = sum(1 for _ in backend.list(blobs.QUARANTINE))
     if quarantined:
+        what = "file(s)" if backend.local_files else "object(s)"
         found.notes.append(
-            f"{len(quarantined)} file(s) in quarantine/ (found damaged and set aside; nothing "
+            f"{quarantined} {what} in quarantine/ (found damaged and set aside; nothing "
             f"reads them): {gc_hint} deletes them"
         )
-    try:
-        top = sorted(os.listdir(root))
-    except OSError:
-        top = []
-    for name in top:
-        if fsio.is_temp_name(name):
-            temps += 1
-        elif name not in _KNOWN_TOP:
-            found.notes.append(f"{name} is not a file of ipy_resume; it is left alone")
+    # temp files of interrupted writes at the top, in manifests/ and objects/
+    temps = sum(
+        1
+        for o in backend.leftovers()
+        if o.key.partition("/")[0] in _TEMP_FOLDERS or "/" not in o.key
+    )
+    if backend.local_files:  # (a bucket's top is every key: there is no folder to list)
+        for name in backend.names(""):
+            if not fsio.is_temp_name(name) and name not in _KNOWN_TOP:
+                found.notes.append(f"{name} is not a file of ipy_resume; it is left alone")
     if temps:
         found.notes.append(
             f"{temps} temporary file(s) left by interrupted writes: {gc_hint} removes them"
@@ -147,9 +149,9 @@ def audit(store: Store) -> Audit:
     return found
 
 
-def _check_info(store: Store, found: Audit, gc_hint: str) -> None:
+def _check_info(store: Store, found: Audit, gc_hint: str, has_manifests: bool) -> None:
     """``store.json`` and its backup: sound, equal, and of a format this version reads."""
-    root = store.root
+    where = store.location
     primary, backup = store._info_copies()
     sound = [c for c in (primary, backup) if c.usable]
     for copy in (primary, backup):
@@ -168,9 +170,9 @@ def _check_info(store: Store, found: Audit, gc_hint: str) -> None:
                 # a store from before the backup existed: made on its next use, nothing lost
                 found.notes.append(f"{info.BACKUP} will be written when the store is next used")
                 continue
-            found.problems.append(Problem(copy.name, info.describe(root, copy), "store-info"))
-    if not sound and primary.state == "missing" and (root / "manifests").is_dir():
-        found.problems.append(Problem(info.FILE, info.describe(root, primary), "store-info"))
+            found.problems.append(Problem(copy.name, info.describe(where, copy), "store-info"))
+    if not sound and primary.state == "missing" and has_manifests:
+        found.problems.append(Problem(info.FILE, info.describe(where, primary), "store-info"))
     if len(sound) == 2 and sound[0].doc != sound[1].doc:
         found.problems.append(
             Problem(
@@ -182,7 +184,7 @@ def _check_info(store: Store, found: Audit, gc_hint: str) -> None:
         )
 
 
-def _check_journal(root: Path, found: Audit, gc_hint: str) -> None:
+def _check_journal(root: Path, found: Audit, gc_hint: str, has_manifests: bool) -> None:
     """The journal opens and passes SQLite's check (a lost one is rebuilt when next opened)."""
     trouble = journal.check(root)
     if trouble is not None:
@@ -195,7 +197,7 @@ def _check_journal(root: Path, found: Audit, gc_hint: str) -> None:
                 "journal",
             )
         )
-    elif not (root / journal.JOURNAL_FILE).exists() and (root / "manifests").is_dir():
+    elif not (root / journal.JOURNAL_FILE).exists() and has_manifests:
         found.notes.append(
             f"there is no {journal.JOURNAL_FILE}: the timeline is rebuilt from the manifests "
             "when it is next opened"
@@ -211,30 +213,30 @@ def _check_blobs(
     refs: dict[str, list[Manifest]],
     expected: dict[str, BlobRef],
     newer: bool,
-) -> int:
-    """Every blob file, checked against its own name; the manifests' blobs that are missing.
+) -> None:
+    """Every blob, checked against its own name; the manifests' blobs that are missing.
 
-    Returns how many temporary files it passed over.
+    A bucket's blobs that no manifest names are not downloaded to be judged (``gc``
+    removes them whatever their bytes).
     """
-    temps = 0
     present: set[str] = set()
-    for path in _files(store.blobs.objects):
-        rel = store.relative(path)
-        if fsio.is_temp_name(path.name):
-            temps += 1
-            continue
-        address = path.parent.name + path.name
-        if path.parent.parent != store.blobs.objects or not blobs.valid_address(address):
+    for obj in store.backend.list("objects"):
+        rel = obj.key
+        parts = rel.split("/")
+        address = "".join(parts[1:])
+        if len(parts) != 3 or not blobs.valid_address(address):
             found.problems.append(
                 Problem(rel, f"{rel} is not a blob of this store; {gc_hint} removes it", "stray")
             )
-            found.strays.append(path)
+            found.strays.append(rel)
             continue
         present.add(address)
+        known = expected.get(address)
+        if known is None and not store.backend.local_files:
+            continue
         found.blobs_checked += 1
         found.files_checked += 1
-        known = expected.get(address)
-        size = known.size if known is not None else _size(path)
+        size = known.size if known is not None else obj.size
         problem = store.blobs.check(address, blobs.algo_of(address), address, size)
         if problem is None:
             continue
@@ -249,37 +251,35 @@ def _check_blobs(
                 )
             )
             continue
-        for m in refs[address]:
-            if m.path is not None:
-                found.broken.setdefault(m.path, []).append(address)
-        found.problems.append(
-            Problem(
-                rel,
-                f"{rel} {problem}: it holds data of {_uses(store, refs, address)}, which will "
-                "execute again when next run and write it again; or "
-                f"{gc_hint} removes the checkpoint(s) now",
-                "blob",
-            )
-        )
+        _broken(found, refs, address, rel, problem, gc_hint)
     for address in sorted(set(expected) - present):
         rel = store.blobs.relpath(address)
         found.bad_blobs[address] = "is missing"
-        for m in refs[address]:
-            if m.path is not None:
-                found.broken.setdefault(m.path, []).append(address)
-        found.problems.append(
-            Problem(
-                rel,
-                f"{rel} is missing: it holds data of {_uses(store, refs, address)}, which will "
-                f"execute again when next run and write it again; or {gc_hint} removes the "
-                "checkpoint(s) now",
-                "blob",
-            )
-        )
+        _broken(found, refs, address, rel, "is missing", gc_hint)
     if newer:
         found.broken.clear()  # gc removes nothing a newer reader might need
 
-    return temps
+
+def _broken(
+    found: Audit,
+    refs: dict[str, list[Manifest]],
+    address: str,
+    rel: str,
+    problem: str,
+    gc_hint: str,
+) -> None:
+    """The blob *rel* that manifests need is bad: they are broken; the problem says what heals."""
+    for m in refs[address]:
+        if m.path is not None:
+            found.broken.setdefault(m.path, []).append(address)
+    found.problems.append(
+        Problem(
+            rel,
+            f"{rel} {problem}: it holds data of {_uses(refs, address)}, which will execute again when "
+            f"next run and write it again; or {gc_hint} removes the checkpoint(s) now",
+            "blob",
+        )
+    )
 
 
 def check_manifest(
@@ -332,17 +332,3 @@ def refusal(m: Manifest, blob_store: Any, rel: str) -> str | None:
         if (problem := blob_store.check(r.blob, r.algo, r.checksum, r.size))
     ]
     return f"not adopted: {m.describe()} in {rel}: " + "; ".join(bad) + "." if bad else None
-
-
-def _files(folder: Path) -> list[Path]:
-    out: list[Path] = []
-    for here, _dirs, names in os.walk(folder):
-        out.extend(Path(here) / n for n in names)
-    return sorted(out)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

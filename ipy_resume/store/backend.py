@@ -14,18 +14,39 @@ and a handful of primitives:
 ``stat``           size and modification time of one key, or None
 =================  ======================================================================
 
-Capability flags say what else a backend can do: ``file_locks`` (``flock`` on the
-store's folder, so ``gc`` and saves exclude each other), ``atomic_rename``.  Generic
-operations (``exists``, ``copy``, ``age``) are written once on top of the primitives.
+Generic operations (``exists``, ``copy``, ``move``, ``names``: one level of a prefix)
+are written once on top of the primitives.
+
+The :class:`~ipy_resume.store.store.Store`, ``verify`` (:mod:`.audit`), ``gc``
+(:mod:`.retention`) and ``trust`` address what a store holds by these keys through
+``store.backend``.  What only a local folder can do is a *capability* of the backend,
+never a path the store computes:
+
+=================  ======================================================================
+``file_locks``     ``lock(exclusive=..., timeout=..., purpose=...)``: the ``flock`` that
+                   makes saves (shared) and gc (exclusive) exclude each other; a backend
+                   without it yields False, and gc falls back on its grace period (a
+                   bucket's saves and gc use leases and markers instead, see remote.py)
+``local_files``    ``local_path(key)``: the file behind a key, for what needs a file (the
+                   local store maps blobs, checks manifests by inode and times, stages
+                   temp files it renames into place, and keeps a SQLite journal: see
+                   the README's architecture); ``leftovers()``: temp files interrupted
+                   writes left; ``prune(prefixes)``: empty folders
+``atomic_rename``  ``move`` is a rename (else a copy plus a delete)
+=================  ======================================================================
+
+``prepare()`` readies a new store's place before its first write (makes the folder,
+or checks that the bucket exists).
 
 :class:`LocalBackend` is a folder, written through :mod:`.fsio` (temp file, fsync,
 ``os.replace``/``os.link``, folder fsync), so it keeps every guarantee the local store
-gives.  The object-store implementation is :class:`.objects.FsspecBackend`.
+gives.  The object-store implementation is :class:`.remote_backend.FsspecBackend`.
 """
 
 from __future__ import annotations
 
 import abc
+import builtins
 import contextlib
 import os
 import time
@@ -34,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipy_resume.store import fsio
+from ipy_resume.store import fsio, lock
 
 __all__ = ["Backend", "LocalBackend", "ObjectInfo", "Sink"]
 
@@ -70,6 +91,10 @@ class Backend(abc.ABC):
     """The store's folder can be ``flock``-ed (saves and gc exclude each other)."""
     atomic_rename: bool = False
     """Keys can be renamed atomically (else a move is a copy plus a delete)."""
+    local_files: bool = False
+    """Every key is a file of a local folder (:meth:`local_path`): blobs can be mapped,
+    the journal is a SQLite file, saves can be staged to temp files, and interrupted
+    writes leave temp files (:meth:`leftovers`) and empty folders (:meth:`prune`)."""
 
     url: str = ""
     """Where the backend points, for messages (never with credentials)."""
@@ -112,7 +137,39 @@ class Backend(abc.ABC):
     def stat(self, key: str) -> ObjectInfo | None:
         """Size and modification time of *key*, or None when it does not exist."""
 
+    # -- capabilities: what a backend can do beyond the primitives ------------------------
+
+    def lock(
+        self, *, exclusive: bool, timeout: float, purpose: str
+    ) -> contextlib.AbstractContextManager[bool]:
+        """The store lock (with :attr:`file_locks`), held for a ``with`` block.
+
+        Yields True while a real lock is held; a backend without one yields False and
+        the caller falls back on grace periods (gc) or leases (a bucket's saves).
+        """
+        return contextlib.nullcontext(False)
+
+    def local_path(self, key: str) -> Path:
+        """The file of *key* (with :attr:`local_files` only)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no local files")
+
+    def leftovers(self) -> Iterator[ObjectInfo]:
+        """What interrupted writes left behind (temp files); never a key of :meth:`list`."""
+        return iter(())
+
+    def prune(self, prefixes: Iterable[str]) -> None:  # noqa: B027 - optional hook
+        """Remove the empty folders below each of *prefixes* (where a backend has folders)."""
+
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Before a new store's first write: make its folder, or check that the bucket exists
+        (raising a one-line error when it does not)."""
+
     # -- generic operations, written once on the primitives -------------------------------
+
+    def names(self, prefix: str) -> builtins.list[str]:
+        """The names one level below *prefix* (``""``: the top), sorted, as ``os.listdir``."""
+        base = prefix.rstrip("/") + "/" if prefix else ""
+        return sorted({o.key[len(base) :].split("/", 1)[0] for o in self.list(prefix)})
 
     def exists(self, key: str) -> bool:
         """True when *key* exists."""
@@ -141,20 +198,52 @@ class LocalBackend(Backend):
 
     file_locks = True
     atomic_rename = True
+    local_files = True
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.url = os.fspath(self.root)
 
-    def path(self, key: str) -> Path:
-        """The file of *key*."""
+    def local_path(self, key: str) -> Path:
         parts = key.split("/")
         if not key or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"bad key {key!r}")
         return self.root.joinpath(*parts)
 
+    def lock(
+        self, *, exclusive: bool, timeout: float, purpose: str
+    ) -> contextlib.AbstractContextManager[bool]:
+        return lock.hold(self.root, exclusive=exclusive, timeout=timeout, purpose=purpose)
+
+    def names(self, prefix: str) -> builtins.list[str]:
+        """Every entry one level below *prefix*, temp files included (unlike :meth:`list`)."""
+        try:
+            return sorted(os.listdir(self.local_path(prefix) if prefix else self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def leftovers(self) -> Iterator[ObjectInfo]:
+        for here, _dirs, names in os.walk(self.root):
+            for name in names:
+                if fsio.is_temp_name(name):
+                    path = Path(here) / name
+                    with contextlib.suppress(OSError):
+                        st = path.stat()
+                        key = path.relative_to(self.root).as_posix()
+                        yield ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def prepare(self) -> None:
+        fsio.makedirs(self.root)
+
+    def prune(self, prefixes: Iterable[str]) -> None:
+        for prefix in prefixes:
+            top = self.local_path(prefix)
+            for folder, _dirs, _names in os.walk(top, topdown=False):
+                if Path(folder) != top and _is_empty(folder):
+                    fsio.remove_empty_dir(folder)
+
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        with open(self.path(key), "rb") as f:
+        with open(self.local_path(key), "rb") as f:
             if start:
                 f.seek(start)
             if end is None:
@@ -162,7 +251,7 @@ class LocalBackend(Backend):
             return f.read(max(0, end - (start or 0)))
 
     def read_into(self, key: str, out: memoryview, sink: Sink | None = None) -> int:
-        with open(self.path(key), "rb", buffering=0) as f:
+        with open(self.local_path(key), "rb", buffering=0) as f:
             got = 0
             while got < len(out):
                 n = f.readinto(out[got:])
@@ -174,14 +263,14 @@ class LocalBackend(Backend):
         return got
 
     def put(self, key: str, chunks: Iterable[Any], size: int | None = None) -> None:
-        path = self.path(key)
+        path = self.local_path(key)
         fsio.makedirs(path.parent)
         with fsio.atomic_write(path) as f:
             for chunk in chunks:
                 f.write(chunk)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        path = self.path(key)
+        path = self.local_path(key)
         fsio.makedirs(path.parent)
         try:
             with fsio.atomic_write(path, exclusive=True) as f:
@@ -205,16 +294,24 @@ class LocalBackend(Backend):
         yield from sorted(found, key=lambda o: o.key)  # in key order, as object stores list
 
     def delete(self, key: str) -> None:
-        fsio.remove(self.path(key))
+        fsio.remove(self.local_path(key))
 
     def stat(self, key: str) -> ObjectInfo | None:
         try:
-            st = self.path(key).stat()
+            st = self.local_path(key).stat()
         except (FileNotFoundError, NotADirectoryError):
             return None
         return ObjectInfo(key, st.st_size, st.st_mtime)
 
     def move(self, src: str, dst: str) -> None:
-        target = self.path(dst)
+        target = self.local_path(dst)
         fsio.makedirs(target.parent)
-        fsio.move(self.path(src), target)
+        fsio.move(self.local_path(src), target)
+
+
+def _is_empty(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False

@@ -49,10 +49,12 @@ import numpy as np
 import xxhash
 
 from ipy_resume.store import fsio
+from ipy_resume.store.backend import LocalBackend
 
 __all__ = [
     "MAP_LIVE_MAX",
     "MAP_MIN",
+    "QUARANTINE",
     "SHA256",
     "XXH3",
     "BlobStore",
@@ -63,6 +65,8 @@ __all__ = [
     "valid_address",
 ]
 
+QUARANTINE = "quarantine"
+"""The prefix of what failed verification (nothing reads it; ``gc`` empties it)."""
 XXH3 = "xxh3_128"
 SHA256 = "sha256"
 _HEX_LEN = {XXH3: 32, SHA256: 64}
@@ -281,19 +285,28 @@ def _hash_mapped(mm: mmap.mmap, size: int, algo: str, checksum: str) -> str | No
 
 
 class BlobStore:
-    """The ``objects/`` and ``quarantine/`` folders of a store."""
+    """The ``objects/`` and ``quarantine/`` of a store in a folder, by key through *backend*.
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-        self.objects = self.root / "objects"
-        self.quarantine_dir = self.root / "quarantine"
+    The reads and maps work on the blob's file (:meth:`LocalBackend.local_path`): one
+    ``fstat`` of the open file, page-aligned reads, copy-on-write maps, inode checks
+    before a quarantine.
+    """
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+        self.root = backend.root
+        self.objects = backend.local_path("objects")
 
     # -- naming --------------------------------------------------------------
 
-    def path(self, address: str) -> Path:
+    def key(self, address: str) -> str:
+        """The key of blob *address*: ``objects/<2 hex>/<the rest>``."""
         if not valid_address(address):
             raise ValueError(f"bad blob address {address!r}")
-        return self.objects / address[:2] / address[2:]
+        return f"objects/{address[:2]}/{address[2:]}"
+
+    def path(self, address: str) -> Path:
+        return self.backend.local_path(self.key(address))
 
     def relpath(self, address: str) -> str:
         return f"objects/{address[:2]}/{address[2:]}"
@@ -499,7 +512,8 @@ class BlobStore:
         *only* is the (device, inode) of the file found bad: when another process
         has meanwhile replaced it with a sound copy, that copy is left in place.
         """
-        src = self.path(address)
+        key = self.key(address)
+        src = self.backend.local_path(key)
         name = f"{address}.{int(time.time() * 1000)}.{secrets.token_hex(3)}"
         if only is not None:
             try:
@@ -509,11 +523,10 @@ class BlobStore:
             if (now.st_dev, now.st_ino) != only:
                 return None  # rewritten since we read it: not ours to move
         try:
-            fsio.makedirs(self.quarantine_dir)
-            fsio.move(src, self.quarantine_dir / name)
+            self.backend.move(key, f"{QUARANTINE}/{name}")
         except FileNotFoundError:
             return None
         except OSError:
             # cannot move it (read-only store?): report it where it is
             return None
-        return f"quarantine/{name}"
+        return f"{QUARANTINE}/{name}"

@@ -165,16 +165,16 @@ def records(root: Path) -> list[Path]:
     return [root / FOLDER / n for n in sorted(names) if n.endswith(".json")]
 
 
-def live_temps(root: Path) -> set[Path]:
-    """Temporary files that a live writer's records still name (``gc`` spares them)."""
-    keep: set[Path] = set()
+def live_temps(root: Path) -> set[str]:
+    """Keys of the temporary files a live writer's records still name (``gc`` spares them)."""
+    keep: set[str] = set()
     for path in records(root):
         doc = _load(path)
         if doc is None or not _alive(doc.get("owner")):
             continue
         for entry in doc.get("blobs", []):
             with contextlib.suppress(TypeError, ValueError, IndexError):
-                keep.add((root / str(entry[0])).resolve())
+                keep.add(Path(os.path.normpath(str(entry[0]))).as_posix())
     return keep
 
 

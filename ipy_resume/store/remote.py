@@ -47,7 +47,6 @@ from ipy_resume.store.blobcache import BlobCache
 from ipy_resume.store.blobs import algo_of, aligned_empty, new_hasher
 from ipy_resume.store.fsio import (
     CorruptBlob,
-    ManifestError,
     MissingBlob,
     SaveError,
     StoreError,
@@ -57,7 +56,6 @@ from ipy_resume.store.leases import GC_MARKER_STALE, LEASE_STALE, marker, stale
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.remote_backend import FsspecBackend, RemoteError
-from ipy_resume.store.results import Listed
 from ipy_resume.store.store import Store
 
 __all__ = ["LEASE_STALE", "RemoteBlobs", "RemoteStore"]
@@ -216,8 +214,8 @@ class RemoteStore(Store):
         cache: BlobCache | None = None,
     ) -> None:
         self.url = url
-        self.backend = FsspecBackend(url) if backend is None else backend
-        super().__init__(Path("/"), key=key)  # root is never used as a folder here
+        remote = FsspecBackend(url) if backend is None else backend
+        super().__init__(Path("/"), key=key, backend=remote)  # root is never a folder here
         self.root = PurePosixPath(".")  # type: ignore[assignment]
         self.blobs = RemoteBlobs(self.backend, BlobCache() if cache is None else cache)  # type: ignore[assignment]
         self._listed: dict[str, ObjectInfo] = {}  # key -> as last listed
@@ -232,52 +230,6 @@ class RemoteStore(Store):
 
     def exists(self) -> bool:
         return self.backend.exists(info.FILE) or any(True for _ in self.backend.list("manifests"))
-
-    # -- store.json ------------------------------------------------------------------------
-
-    def _info_copies(self) -> tuple[info.Copy, info.Copy]:
-        def one(name: str) -> info.Copy:
-            try:
-                return info.decode_copy(name, self.backend.get(name))
-            except FileNotFoundError:
-                return info.Copy(name, "missing")
-
-        return one(info.FILE), one(info.BACKUP)
-
-    def _resolve_info(self, *, heal: bool) -> dict[str, Any]:
-        primary, backup = self._info_copies()
-        doc = info.first_doc((primary, backup), self.url)
-        if doc is None:
-            found = self.manifests()
-            if found:
-                doc = info.recover((m.created, m.seed_base) for m in found)
-        if not heal:
-            return doc if doc is not None else {}
-        if doc is None:
-            if isinstance(self.backend, FsspecBackend):
-                self.backend.check_bucket()  # a missing bucket is told as such, in one line
-            self.backend.put_if_absent(info.FILE, info.encode(info.new(manifest.now_iso())))
-            primary = self._info_copies()[0]
-            if primary.doc is None:
-                raise ManifestError(
-                    f"{info.FILE} in {self.url} could not be created "
-                    f"({primary.problem or primary.state})",
-                    path=info.FILE,
-                )
-            doc = primary.doc
-        wanted = info.encode(doc)
-        for copy in (primary, backup):
-            if copy.data != wanted:
-                with contextlib.suppress(OSError, StoreError):
-                    self.backend.put(copy.name, [wanted])
-        return {k: v for k, v in doc.items() if k != "check"}
-
-    # -- keys ------------------------------------------------------------------------------
-
-    def _rel(self, path: PurePath | str | None) -> str:
-        if path is None:
-            return self.url
-        return PurePosixPath(path).as_posix()
 
     # -- saving ----------------------------------------------------------------------------
 
@@ -348,13 +300,6 @@ class RemoteStore(Store):
             path=self._rel(where),
         )
 
-    def _retire(self, paths: Iterable[PurePath]) -> None:
-        for path in paths:
-            rel = self._rel(path)
-            name = f"quarantine/{rel.replace('/', '.')}.{int(time.time() * 1000)}"
-            with contextlib.suppress(OSError, StoreError):
-                self.backend.move(rel, name)
-
     # -- finding ---------------------------------------------------------------------------
 
     def _read(self, path: PurePath, quick: bool = False) -> Manifest:
@@ -385,18 +330,6 @@ class RemoteStore(Store):
         if listed is not None:
             self._read_meta[rel] = listed
         return m
-
-    def scan(self) -> Iterator[Listed]:
-        """Every manifest object of the store, read once (see :meth:`Store.scan`)."""
-        for obj in self._listing("manifests"):
-            path = PurePosixPath(obj.key)
-            if not obj.key.endswith(".json") or len(path.parts) != 4:
-                continue
-            try:
-                data = self.backend.get(obj.key)
-            except FileNotFoundError:
-                continue
-            yield self._entry(path, obj.key, data)
 
     def _listing(self, prefix: str) -> list[ObjectInfo]:
         found = list(self.backend.list(prefix))
@@ -436,16 +369,6 @@ class RemoteStore(Store):
 
             self._journal = RemoteJournal(self)  # type: ignore[assignment]
         return self._journal
-
-    def audit(self) -> Any:
-        from ipy_resume.store import remote_maintenance
-
-        return remote_maintenance.audit(self)
-
-    def trust(self, problems: list[str] | None = None) -> int:
-        from ipy_resume.store import remote_maintenance
-
-        return remote_maintenance.trust(self, problems)
 
     def gc(
         self,

@@ -438,6 +438,9 @@ class FsspecBackend(Backend):
             kind="missing-bucket",
         )
 
+    def prepare(self) -> None:
+        self.check_bucket()
+
     def check_bucket(self) -> None:
         """Raise the one-line :class:`RemoteError` when the bucket cannot be used."""
         missing = self._no_bucket()

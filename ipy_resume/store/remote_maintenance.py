@@ -1,6 +1,6 @@
-"""``verify``, ``trust`` and ``gc`` of a store in a bucket (see :mod:`.remote`).
+"""``gc`` of a store in a bucket (see :mod:`.remote`).
 
-They follow the local rules (:mod:`.audit`, :mod:`.retention`) on the keys of the
+It follows the local rules (:mod:`.retention`) on the keys of the
 bucket.  What differs is how ``gc`` keeps clear of concurrent saves: there is no
 ``flock`` on a bucket, so it uses the two-phase marking described in :mod:`.remote`:
 
@@ -19,26 +19,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import defaultdict
 from pathlib import PurePath, PurePosixPath
 from typing import TYPE_CHECKING
 
-from ipy_resume.store import blobs, manifest
-from ipy_resume.store.audit import Audit, Problem, check_manifest, refusal
+from ipy_resume.store import manifest
 from ipy_resume.store.fsio import StoreError
 from ipy_resume.store.leases import GC_MARKER_STALE, marker, stale
-from ipy_resume.store.manifest import BlobRef, Manifest
+from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.remote_backend import FsspecBackend
 from ipy_resume.store.retention import GcReport, retain, scan_manifests
 
 if TYPE_CHECKING:
     from ipy_resume.store.remote import RemoteStore
 
-__all__ = ["audit", "collect", "trust"]
-
-
-def _hint(store: RemoteStore) -> str:
-    return f"'ipy-resume gc --store {store.url}'"
+__all__ = ["collect"]
 
 
 def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
@@ -47,113 +41,6 @@ def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
         return manifest.decode_unverified(data, rel, path)
     except StoreError:
         return None
-
-
-def audit(store: RemoteStore) -> Audit:
-    """Check every object of the store; the local :func:`.audit.audit` on keys."""
-    found = Audit()
-    hint = _hint(store)
-    primary, backup = store._info_copies()
-    manifests = store._listing("manifests")
-    if primary.state == "missing" and not manifests:
-        return found
-    for copy in (primary, backup):
-        found.files_checked += copy.state != "missing"
-        if copy.state == "damaged":
-            found.problems.append(
-                Problem(
-                    copy.name,
-                    f"{copy.name} {copy.problem}; it is written again the next time a cell "
-                    f"runs (or by {hint})",
-                    "store-info",
-                )
-            )
-    refs: dict[str, list[Manifest]] = defaultdict(list)
-    expected: dict[str, BlobRef] = {}
-    for obj in manifests:
-        rel = obj.key
-        path = PurePosixPath(rel)
-        if not rel.endswith(".json") or len(path.parts) != 4:
-            found.problems.append(
-                Problem(rel, f"{rel} is not a checkpoint manifest; {hint} removes it", "stray")
-            )
-            found.strays.append(path)
-            continue
-        found.files_checked += 1
-        check_manifest(store, path, rel, found, refs, expected)
-    present: dict[str, int] = {}
-    for obj in store.backend.list("objects"):
-        parts = obj.key.split("/")
-        address = "".join(parts[1:])
-        if len(parts) != 3 or not blobs.valid_address(address):
-            found.problems.append(
-                Problem(
-                    obj.key, f"{obj.key} is not a blob of this store; {hint} removes it", "stray"
-                )
-            )
-            found.strays.append(PurePosixPath(obj.key))
-            continue
-        present[address] = obj.size
-    for address, ref in sorted(expected.items()):
-        rel = store.blobs.relpath(address)
-        found.blobs_checked += 1
-        found.files_checked += 1
-        if address not in present:
-            problem: str | None = "is missing"
-        else:
-            problem = store.blobs.check(address, ref.algo, ref.checksum, ref.size)
-        if problem is None:
-            continue
-        found.bad_blobs[address] = problem
-        users = refs[address]
-        for m in users:
-            if m.path is not None:
-                found.broken.setdefault(m.path, []).append(address)
-        more = f" and {len(users) - 1} other checkpoint(s)" if len(users) > 1 else ""
-        found.problems.append(
-            Problem(
-                rel,
-                f"{rel} {problem}: it holds data of {users[0].describe()}{more}, which will "
-                f"execute again when next run and write it again; or {hint} removes the "
-                "checkpoint(s) now",
-                "blob",
-            )
-        )
-    quarantined = sum(1 for _ in store.backend.list("quarantine"))
-    if quarantined:
-        found.notes.append(
-            f"{quarantined} object(s) in quarantine/ (found damaged and set aside; nothing "
-            f"reads them): {hint} deletes them"
-        )
-    return found
-
-
-def trust(store: RemoteStore, problems: list[str] | None = None) -> int:
-    """Re-sign, under the user's key, every manifest whose blobs all verify."""
-    problems = [] if problems is None else problems
-    count = 0
-    for obj in store._listing("manifests"):
-        rel = obj.key
-        path = PurePosixPath(rel)
-        if not rel.endswith(".json") or len(path.parts) != 4:
-            continue
-        try:
-            data = store.backend.get(rel)
-        except FileNotFoundError:
-            continue
-        try:
-            m = manifest.decode_unverified(data, rel, path)
-        except StoreError as exc:
-            problems.append(f"not adopted: {exc}")
-            continue
-        refused = refusal(m, store.blobs, rel)
-        if refused is not None:
-            problems.append(refused)
-            continue
-        store.backend.put(rel, [manifest.encode(m, store.key)])
-        count += 1
-    store._read_cache.clear()
-    return count
 
 
 def _referenced(store: RemoteStore) -> set[str] | None:
@@ -222,9 +109,9 @@ def collect(
         for bad in sorted(str(p) for p in broken if p is not None):
             backend.delete(bad)
             report.removed_broken.append(bad)
-        for path in found.strays:
-            backend.delete(store.relative(path))
-            report.removed_strays.append(store.relative(path))
+        for stray in found.strays:
+            backend.delete(stray)
+            report.removed_strays.append(stray)
         report.kept_checkpoints = len(kept)
 
         # blobs: only with no save in flight (its lease), and against a fresh listing

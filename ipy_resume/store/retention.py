@@ -38,18 +38,18 @@ deletes a blob a concurrent save is about to commit a manifest for.
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ipy_resume import units
-from ipy_resume.store import blobs, fsio, lock, manifest, pending
+from ipy_resume.store import blobs, manifest, pending
+from ipy_resume.store.backend import Backend, ObjectInfo
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
 from ipy_resume.store.journal import Journal
 from ipy_resume.store.manifest import Manifest
@@ -232,46 +232,20 @@ def scan_manifests(store: Store) -> Scan:
     return found
 
 
-def _blob_files(store: Store) -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    try:
-        fans = sorted(os.listdir(store.blobs.objects))
-    except FileNotFoundError:
-        return found
-    for fan in fans:
-        folder = store.blobs.objects / fan
-        try:
-            names = os.listdir(folder)
-        except (NotADirectoryError, FileNotFoundError):
-            continue
-        for name in names:
-            if blobs.valid_address(fan + name):
-                found[fan + name] = folder / name
+def _blob_objects(backend: Backend) -> dict[str, ObjectInfo]:
+    """Every blob of ``objects/`` by its address (keys that are no blob are left out)."""
+    found: dict[str, ObjectInfo] = {}
+    for obj in backend.list("objects"):
+        parts = obj.key.split("/")
+        if len(parts) == 3 and blobs.valid_address(parts[1] + parts[2]):
+            found[parts[1] + parts[2]] = obj
     return found
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _is_empty(folder: str) -> bool:
-    try:
-        with os.scandir(folder) as entries:
-            return next(entries, None) is None
-    except OSError:
-        return False
-
-
-def _old_enough(path: Path, grace: float, now: float) -> bool:
+def _old_enough(obj: ObjectInfo | None, grace: float, now: float) -> bool:
     if grace <= 0:
         return True
-    try:
-        return now - path.stat().st_mtime >= grace
-    except OSError:
-        return False
+    return obj is not None and obj.age(now) >= grace
 
 
 def retain(
@@ -353,46 +327,33 @@ def _heal_files(store: Store, report: GcReport) -> None:
 def _remove_leftovers(
     store: Store,
     report: GcReport,
-    remove: Callable[[PurePath], bool],
+    remove: Callable[[str], bool],
     grace: float,
     now: float,
     locked: bool,
-    staged: set[Path],
+    staged: set[str],
 ) -> None:
     """Steps 4-6 of gc: temporary files, the quarantine, and folders left empty.
 
-    *staged* are temporary files a live writer's staged save still names: spared.
+    *staged* are the keys of temporary files a live writer's staged save still names:
+    spared.
     """
+    backend = store.backend
     # 4. temporary files anywhere in the store
-    for folder, _dirs, names in os.walk(store.root):
-        for name in names:
-            path = Path(folder) / name
-            if (
-                fsio.is_temp_name(name)
-                and _old_enough(path, grace, now)
-                and path.resolve() not in staged
-            ):
-                size = _size(path)
-                if remove(path):
-                    report.removed_temp += 1
-                    report.temp_bytes += size
+    for obj in backend.leftovers():
+        if _old_enough(obj, grace, now) and obj.key not in staged and remove(obj.key):
+            report.removed_temp += 1
+            report.temp_bytes += obj.size
 
     # 5. quarantine
-    qdir = store.blobs.quarantine_dir
-    if qdir.is_dir():
-        for path in sorted(qdir.iterdir()):
-            if path.is_file() or path.is_symlink():
-                size = _size(path)
-                if remove(path):
-                    report.removed_quarantine += 1
-                    report.quarantine_bytes += size
+    for obj in backend.list(blobs.QUARANTINE):
+        if remove(obj.key):
+            report.removed_quarantine += 1
+            report.quarantine_bytes += obj.size
 
     # 6. empty folders (only under a real lock: a save may be creating them)
     if locked:
-        for top in (store.root / "manifests", store.blobs.objects, qdir):
-            for folder, _dirs, _names in os.walk(top, topdown=False):
-                if Path(folder) != top and _is_empty(folder):
-                    fsio.remove_empty_dir(folder)
+        backend.prune(("manifests", "objects", blobs.QUARANTINE))
 
 
 def collect(
@@ -415,13 +376,14 @@ def collect(
     if max_size is not None and max_size < 0:
         raise ValueError("--max-size must not be negative")
     report = GcReport()
-    if not store.root.is_dir():
+    if not store.backend.names(""):
         return report
     # What verify finds, found first and without the lock (it reads every blob): gc acts
     # on it below, checking again under the lock what it removes.
     found = store.audit()
     _heal_files(store, report)
-    with lock.hold(store.root, exclusive=True, timeout=timeout, purpose="gc") as locked:
+    backend = store.backend
+    with backend.lock(exclusive=True, timeout=timeout, purpose="gc") as locked:
         report.locked = locked
         if grace is None:
             grace = 0.0 if locked else UNLOCKED_GRACE
@@ -439,41 +401,39 @@ def collect(
             if m.path in found.broken and _still_broken(store, m, found.broken[m.path])
         }
         scan.trusted = [m for m in scan.trusted if m.path not in broken]
-        files = _blob_files(store)
-        blob_sizes = {a: _size(p) for a, p in files.items()}
+        files = _blob_objects(backend)
+        blob_sizes = {a: o.size for a, o in files.items()}
         kept, removed, notes = retain(scan, keep_last, max_size, blob_sizes)
         report.notes.extend(notes)
         report.untrusted_kept = scan.untrusted
 
-        def remove(path: PurePath) -> bool:
+        def remove(key: str) -> bool:
             try:
-                fsio.remove(path)
+                backend.delete(key)
             except OSError as exc:  # e.g. a read-only folder: report it, carry on
-                report.notes.append(
-                    f"could not remove {store.relative(path)} ({exc.strerror or exc}); it is kept"
-                )
+                report.notes.append(f"could not remove {key} ({exc.strerror or exc}); it is kept")
                 return False
             return True
 
         # 1-2. manifests first: from here on nothing refers to what follows
         for m in sorted(removed, key=manifest.order_key):
             assert m.path is not None
-            if not remove(m.path):
+            if not remove(store.relative(m.path)):
                 kept.append(m)  # still there, so are its blobs
                 continue
             report.removed_checkpoints.append((m.id, m.cell_id))
             report.checkpoint_bytes += scan.sizes.get(m.path, 0)
         for path in scan.unreadable:
-            if remove(path):
+            if remove(store.relative(path)):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
                 report.removed_unreadable.append(store.relative(path))
         for path in sorted(p for p in broken if p is not None):
-            if remove(path):
+            if remove(store.relative(path)):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
                 report.removed_broken.append(store.relative(path))
-        for path in found.strays:
-            if _old_enough(Path(path), grace, now) and remove(path):
-                report.removed_strays.append(store.relative(path))
+        for stray in found.strays:
+            if _old_enough(backend.stat(stray), grace, now) and remove(stray):
+                report.removed_strays.append(stray)
         report.kept_checkpoints = len(kept)
 
         # 3. blobs no kept manifest refers to
@@ -492,10 +452,10 @@ def collect(
                 "it refers to are unknown; fix its permissions and run gc again"
             )
         else:
-            for address, path in sorted(files.items()):
-                if address in referenced or not _old_enough(path, grace, now):
+            for address, obj in sorted(files.items()):
+                if address in referenced or not _old_enough(obj, grace, now):
                     continue
-                if remove(path):
+                if remove(obj.key):
                     report.removed_blobs += 1
                     report.blob_bytes += blob_sizes[address]
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, Protocol
 
 import numpy as np
@@ -50,6 +50,7 @@ from ipy_resume.store import (
 )
 from ipy_resume.store.audit import Audit, refusal
 from ipy_resume.store.audit import audit as audit_store
+from ipy_resume.store.backend import Backend, LocalBackend
 from ipy_resume.store.blobs import MAP_MIN, SHA256, XXH3, BlobStore, aligned_empty
 from ipy_resume.store.fsio import (
     CorruptBlob,
@@ -524,10 +525,20 @@ class Store:
     stages_saves: bool = True
     """Saves can be staged to local files and made durable in the background (not a bucket)."""
 
-    def __init__(self, root: str | os.PathLike[str], key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        key: bytes | None = None,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
         self.root = Path(root)
+        # store contents are addressed by key through this; see backend.py for the
+        # capabilities (flock, local files) the local store builds on
+        self.backend: Backend = LocalBackend(self.root) if backend is None else backend
         self.key = signing.load_or_create_key() if key is None else bytes(key)
-        self.blobs = BlobStore(self.root)
+        local = self.backend if isinstance(self.backend, LocalBackend) else LocalBackend(self.root)
+        self.blobs = BlobStore(local)  # (a bucket's store puts its own in its place)
         self._info: dict[str, Any] | None = None
         # (cell_id, key) -> damaged manifests of a checkpoint that failed to load: the
         # next save of that key checks every blob it would reuse and retires them
@@ -595,7 +606,18 @@ class Store:
         return self._info
 
     def _info_copies(self) -> tuple[info.Copy, info.Copy]:
-        return info.read_copy(self.root / info.FILE), info.read_copy(self.root / info.BACKUP)
+        return self._info_copy(info.FILE), self._info_copy(info.BACKUP)
+
+    def _info_copy(self, name: str) -> info.Copy:
+        try:
+            data = self.backend.get(name)
+        except FileNotFoundError:
+            return info.Copy(name, "missing")
+        except OSError as exc:
+            if isinstance(exc, StoreError):
+                raise  # the store cannot be reached (a bucket's error): not damage
+            return info.Copy(name, "damaged", problem=f"cannot be read ({exc.strerror or exc})")
+        return info.decode_copy(name, data)
 
     def _resolve_info(self, *, heal: bool) -> dict[str, Any]:
         """The store's info from its first sound copy; with *heal*, damaged copies rewritten.
@@ -604,21 +626,22 @@ class Store:
         base seed the manifests carry; a new store gets a new random one.
         """
         primary, backup = self._info_copies()
-        doc = info.first_doc((primary, backup), os.fspath(self.root))
-        if doc is None and (self.root / "manifests").is_dir():
+        doc = info.first_doc((primary, backup), str(self.location))
+        if doc is None and self.backend.names("manifests"):
             doc = info.recover((m.created, m.seed_base) for m in self.manifests())
         if not heal:
             return doc if doc is not None else {}
         if doc is None:
             # a new store (or one whose every checkpoint predates the redundant seed)
-            fsio.makedirs(self.root)
-            with contextlib.suppress(FileExistsError):
-                self._write_info(info.FILE, info.new(manifest.now_iso()), exclusive=True)
-            primary = info.read_copy(self.root / info.FILE)  # another process may have won
+            self.backend.prepare()
+            with self._writing_info():
+                self.backend.put_if_absent(info.FILE, info.encode(info.new(manifest.now_iso())))
+            primary = self._info_copy(info.FILE)  # another process may have won
             if primary.doc is None:
+                hint = "; check the folder's permissions" if self.backend.local_files else ""
                 raise ManifestError(
-                    f"{info.FILE} in {os.fspath(self.root)} could not be created "
-                    f"({primary.problem or primary.state}); check the folder's permissions",
+                    f"{info.FILE} in {self.location} could not be created "
+                    f"({primary.problem or primary.state}){hint}",
                     path=info.FILE,
                 )
             doc = primary.doc
@@ -626,20 +649,20 @@ class Store:
         for copy in (primary, backup):
             if copy.data != wanted:
                 # A read-only store still works; the copy is written by the next writer.
-                with contextlib.suppress(OSError, StoreLocked):
-                    self._write_info(copy.name, doc)
+                with contextlib.suppress(OSError, StoreError), self._writing_info():
+                    self.backend.put(copy.name, [wanted])
         return {k: v for k, v in doc.items() if k != "check"}
 
-    def _write_info(self, name: str, doc: dict[str, Any], *, exclusive: bool = False) -> None:
+    def _writing_info(self) -> contextlib.AbstractContextManager[bool]:
         # under the shared lock: gc must not take our temp file for a leftover
-        with lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"):
-            info.write(self.root / name, doc, exclusive=exclusive)
+        return self.backend.lock(exclusive=False, timeout=self.lock_timeout, purpose="save")
 
     # -- paths ---------------------------------------------------------------
 
     def _rel(self, path: PurePath | str | None) -> str:
+        """The key of *path* (a file of the store, or a key already)."""
         if path is None:
-            return os.fspath(self.root)
+            return str(self.location)
         try:
             return Path(path).relative_to(self.root).as_posix()
         except ValueError:
@@ -654,6 +677,17 @@ class Store:
         """True when the next save of (cell_id, key) replaces a checkpoint that failed to
         load: it checks every blob it reuses, so it is not left to the background writer."""
         return (cell_id, key) in self._suspect
+
+    def path_of(self, key: str) -> PurePath:
+        """What a manifest read from *key* carries as ``path``: its file, or (in a bucket)
+        the key itself.
+
+        >>> Store("/tmp/s").path_of("manifests/train/k/0190ab.json")
+        PosixPath('/tmp/s/manifests/train/k/0190ab.json')
+        """
+        if self.backend.local_files:
+            return self.backend.local_path(key)
+        return PurePosixPath(key)
 
     def blob_path(self, address: str) -> PurePath:
         """The file of blob *address*."""
@@ -1014,11 +1048,10 @@ class Store:
     def _retire(self, paths: Iterable[PurePath]) -> None:
         """Move manifests that can never be restored to quarantine/ (gc deletes them)."""
         for path in paths:
-            rel = self._rel(path).replace("/", ".")
-            name = f"{rel}.{int(time.time() * 1000)}.{secrets.token_hex(3)}"
-            with contextlib.suppress(OSError):
-                fsio.makedirs(self.blobs.quarantine_dir)
-                fsio.move(path, self.blobs.quarantine_dir / name)
+            key = self._rel(path)
+            name = f"{key.replace('/', '.')}.{int(time.time() * 1000)}.{secrets.token_hex(3)}"
+            with contextlib.suppress(OSError, StoreError):
+                self.backend.move(key, f"{blobs.QUARANTINE}/{name}")
 
     def _sweep(self, m: Manifest) -> None:
         """A blob of *m* failed: check all of them, quarantine every bad one.
@@ -1276,11 +1309,13 @@ class Store:
         for path in self._manifest_paths(self._all_cell_dirs()):
             rel = self._rel(path)
             try:
-                data = Path(path).read_bytes()
+                data = self.backend.get(rel)
             except FileNotFoundError:
                 continue
-            except OSError as exc:  # unreadable here: what it refers to is unknown
-                yield Listed(path, rel, error=exc)
+            except OSError as exc:
+                if isinstance(exc, StoreError):
+                    raise  # the store cannot be reached (a bucket's error), not this file
+                yield Listed(path, rel, error=exc)  # unreadable: what it refers to is unknown
                 continue
             yield self._entry(path, rel, data)
 
@@ -1695,15 +1730,17 @@ class Store:
         problems = [] if problems is None else problems
         background.barrier(self.root, callbacks=False)
         count = 0
-        if not self.root.is_dir():
+        if not self.exists():
             return 0
-        with lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="trust"):
+        with self.backend.lock(exclusive=False, timeout=self.lock_timeout, purpose="trust"):
             for path in self._manifest_paths(self._all_cell_dirs()):
                 rel = self._rel(path)
                 try:
-                    m = manifest.decode_unverified(Path(path).read_bytes(), rel, path)
+                    data = self.backend.get(rel)
                 except FileNotFoundError:
                     continue
+                try:
+                    m = manifest.decode_unverified(data, rel, path)
                 except StoreError as exc:
                     problems.append(f"not adopted: {exc}")
                     continue
@@ -1711,8 +1748,10 @@ class Store:
                 if refused is not None:
                     problems.append(refused)
                     continue
-                manifest.resign(path, self.key, root=self.root)
+                # (these bytes, whose blobs were checked: not the file read again)
+                self.backend.put(rel, [manifest.encode(m, self.key)])
                 count += 1
+        self._read_cache.clear()
         return count
 
     def gc(
