@@ -16,7 +16,8 @@ Events are display data: they are parsed strictly (a malformed object is skipped
 never unpickled; what is restored is decided by the signed manifests alone.
 
 A restore's event (:meth:`RemoteJournal.append_later`) goes into the local index at once
-and up to the bucket from a helper thread, so a hit does not wait for a PUT.  Queued
+and up to the bucket from a helper thread, so a hit does not wait for a PUT (except the
+kernel's first, which finds out whether the bucket takes its writes).  Queued
 uploads are written before the process exits (waiting at most :data:`EXIT_WAIT` seconds
 for a slow server); a kernel killed before then loses those events from other machines'
 view of the timeline, and nothing else.
@@ -131,6 +132,7 @@ class RemoteJournal:
         # why events given to append_later did not reach the bucket (None: all did)
         self.deferred_error: BaseException | None = None
         self._uploads: queue.Queue[Event] = queue.Queue()
+        self._wrote_once = False
         self._uploader: threading.Thread | None = None
 
     def close(self) -> None:
@@ -156,7 +158,10 @@ class RemoteJournal:
 
         >>> journal.append_later(Event(cell_id="c", session="s", outcome="restored"))  # doctest: +SKIP
         """
-        if os.environ.get(SYNC_ENV) == "1":
+        if os.environ.get(SYNC_ENV) == "1" or not self._wrote_once:
+            # the first is written at once: whether the bucket takes this kernel's writes
+            # (a read-only teammate's do not) is then said with the first hit, not later
+            self._wrote_once = True
             return self.append(event)
         event = self.index.append_later(event)
         self._uploads.put(event)
