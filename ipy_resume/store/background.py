@@ -120,7 +120,7 @@ class Job:
     root: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        self.root = Path(self.snapshot.store.root).resolve()
+        self.root = _resolved(self.snapshot.store.root)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -324,8 +324,25 @@ def pending(root: str | os.PathLike[str] | None = None) -> list[Job]:
         jobs = list(_writer.jobs)
     if root is None or not jobs:
         return jobs
-    where = Path(root).resolve()
+    where = _resolved(root)
     return [job for job in jobs if job.root == where]
+
+
+_roots: dict[str, Path] = {}
+
+
+def _resolved(root: str | os.PathLike[str]) -> Path:
+    """*root* resolved, remembered by its spelling: resolving stats every folder of the
+    path, and every cell asks several times.  Jobs and waits only need one answer per
+    spelling (a symlink re-pointed under a live kernel keeps grouping by the first)."""
+    spelled = os.fspath(root)
+    found = _roots.get(spelled)
+    if found is None:
+        found = Path(spelled).resolve()
+        if len(_roots) >= 256:
+            _roots.clear()
+        _roots[spelled] = found
+    return found
 
 
 def _in_writer() -> bool:
@@ -380,7 +397,7 @@ def barrier(
     """
     if not _writer.jobs or _in_writer() or getattr(_writer.local, "draining", False):
         return True  # (the first test: a store with nothing pending pays nothing)
-    where = Path(root).resolve()
+    where = _resolved(root)
     jobs = pending(where)
     if key is not None:
         jobs = [j for j in jobs if j.key == key]

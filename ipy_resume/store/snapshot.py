@@ -283,8 +283,7 @@ class Snapshot:
         is published already (or blobs that are gone), which recovery finds and drops.
         """
         if self.record is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.record)
+            pending.remove_record(self.record)
             self.record = None
         self.release()
 
