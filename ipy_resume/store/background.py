@@ -281,8 +281,8 @@ def submit(
 ) -> Job | None:
     """Queue *snapshot* for the writer, or return None when it does not fit the budget.
 
-    The snapshot is staged first (:meth:`Snapshot.stage`; on a bucket store, made to
-    own its bytes with :meth:`Snapshot.own`); from then on the caller may let the
+    The snapshot is staged first (:meth:`Snapshot.stage`, so only for a store whose
+    ``stages_saves`` is true: a local folder); from then on the caller may let the
     kernel change the values.
 
     >>> job = submit(store.snapshot("c", key, values))  # doctest: +SKIP
@@ -299,10 +299,7 @@ def submit(
             return None
         _writer.held += size
     try:
-        if snapshot.can_stage():
-            snapshot.stage()
-        else:
-            snapshot.own()
+        snapshot.stage()
     except BaseException:
         with _writer.mutex:
             _writer.held -= size

@@ -738,11 +738,12 @@ class Store:
         Everything :meth:`save` decides (what is stored, what links where, the
         manifest and its id) is decided here, and nothing is written: pickles are
         kept as bytes, and the blobs still to be written keep views of the live
-        arrays until :meth:`Snapshot.own` copies them.  Blobs found present now
-        are not kept; ``commit`` checks again, under the lock, that they still are.
+        arrays until :meth:`Snapshot.stage` hands them to the OS.  Blobs found
+        present now are not kept; the commit checks again, under the lock, that
+        they still are.
 
         >>> snap = store.snapshot("train", key, {"model": model})  # doctest: +SKIP
-        >>> snap.own(); snap.commit().manifest.id  # doctest: +SKIP
+        >>> snap.stage(); snap.commit().manifest.id  # doctest: +SKIP
         """
         _check_cell_id(cell_id)
         _check_key(key)
