@@ -118,13 +118,11 @@ class Job:
     event: threading.Event = field(default_factory=threading.Event)
     reported: bool = False
     root: Path = field(init=False)
+    key: tuple[str, str] = field(init=False)  # (cell id, key) of the checkpoint
 
     def __post_init__(self) -> None:
         self.root = _resolved(self.snapshot.store.root)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.snapshot.manifest.cell_id, self.snapshot.manifest.key)
+        self.key = (self.snapshot.manifest.cell_id, self.snapshot.manifest.key)
 
     @property
     def seconds(self) -> float:
@@ -321,8 +319,8 @@ def pending(root: str | os.PathLike[str] | None = None) -> list[Job]:
         jobs = list(_writer.jobs)
     if root is None or not jobs:
         return jobs
-    where = _resolved(root)
-    return [job for job in jobs if job.root == where]
+    where = _resolved(root)  # (the same object as the jobs' roots: compared by identity first)
+    return [job for job in jobs if job.root is where or job.root == where]
 
 
 _roots: dict[str, Path] = {}

@@ -82,14 +82,20 @@ def _start_time(pid: int) -> str:
 _BOOT = _boot_id()
 
 
+_started: tuple[int, str] | None = None  # (pid, start time) of this process, read once
+
+
 def owner() -> dict[str, Any]:
     """What names this process as the writer of a record.
 
     >>> owner()["pid"] == os.getpid()
     True
     """
+    global _started
     pid = os.getpid()
-    return {"pid": pid, "start": _start_time(pid), "boot": _BOOT}
+    if _started is None or _started[0] != pid:  # (a forked child is another process)
+        _started = (pid, _start_time(pid))
+    return {"pid": pid, "start": _started[1], "boot": _BOOT}
 
 
 def _alive(who: Any) -> bool:
