@@ -173,12 +173,10 @@ def _versions() -> dict[str, str]:
         import cloudpickle
         import h5py
 
-        try:
-            from importlib.metadata import version
+        # (not importlib.metadata: it scans every installed distribution, ~0.1 s in the
+        # first save of every kernel; the package's version module is what it publishes)
+        from ipy_resume.version import __version__ as own
 
-            own = version("ipy_resume")
-        except Exception:  # not installed (running from a checkout)
-            own = "unknown"
         _versions_cache.update(
             python=platform.python_version(),
             numpy=np.__version__,
