@@ -200,6 +200,33 @@ def test_the_scan_before_a_read_skips_this_processs_own_records_unread(
     snap.release()
 
 
+def test_a_staged_manifest_is_published_as_signed_unless_its_bytes_written_changed(
+    isolated: Path,
+) -> None:
+    """The manifest signed for the commit record is published as it is; when a blob was
+    written meanwhile by another save (so this commit writes fewer bytes), it is signed
+    again with the true count, and verifies."""
+    root = isolated / "store"
+    store = Store(root)
+    same = store.snapshot("c", KEY, {"a": np.arange(1000.0)})
+    same.stage()
+    assert same.record is not None
+    recorded = json.loads(same.record.read_bytes())["manifest"].encode("utf-8")
+    published = same.commit().manifest
+    assert published.path is not None and published.path.read_bytes() == recorded
+
+    values = {"b": np.arange(2000.0)}
+    raced = store.snapshot("d", KEY, values)
+    raced.stage()
+    assert raced.record is not None
+    recorded = json.loads(raced.record.read_bytes())["manifest"].encode("utf-8")
+    store.save("e", KEY, values)  # writes the same blob first
+    m = raced.commit().manifest
+    assert m.path is not None and m.path.read_bytes() != recorded
+    assert m.bytes_written == 0
+    assert Store(root).find("d", KEY) is not None and Store(root).verify() == []
+
+
 def test_a_forked_child_does_not_take_its_parents_records_for_its_own(isolated: Path) -> None:
     root = isolated / "store"
     snap = Store(root).snapshot("c", KEY, {"a": np.arange(1000.0)})

@@ -122,6 +122,9 @@ class Snapshot:
         self.record: Path | None = None  # the commit record of a staged save
         self.child: tuple[int, int] | None = None  # (pid, pipe) of a forked stage
         self.new_dirs: set[Path] = set()  # parents of folders stage() made, to fsync
+        # (id, bytes_written, file bytes) of the manifest as stage() signed it for the record:
+        # published as they are when neither changed, instead of signed a second time
+        self.encoded: tuple[str, int, bytes] | None = None
 
     @property
     def id(self) -> str:
@@ -166,9 +169,9 @@ class Snapshot:
             self.manifest.bytes_written = sum(s.size for s in staged)
             path = pending.record_path(store.root, self.manifest.id)
             fsio.makedirs(path.parent, dirs=self.new_dirs)
-            record = pending.record_bytes(
-                store.root, manifest.encode(self.manifest, store.key), staged
-            )
+            data = manifest.encode(self.manifest, store.key)
+            self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
+            record = pending.record_bytes(store.root, data, staged)
             if _may_fork(self.size):
                 try:
                     self.child = _fork_writer(todo, path, record)
@@ -307,8 +310,14 @@ class Snapshot:
 
     def publish(self, dirs: set[Path] | None = None, background: bool = False) -> int:
         """Publish the manifest (the blobs must be durable); returns its size in bytes."""
+        m, encoded = self.manifest, self.encoded
+        same = encoded is not None and encoded[:2] == (m.id, m.bytes_written)
         self.manifest_bytes = self.store._commit(
-            self.manifest, self.writer, dirs=dirs, quiet=background
+            m,
+            self.writer,
+            dirs=dirs,
+            quiet=background,
+            encoded=encoded[2] if same and encoded is not None else None,
         )
         if self.suspect is not None and not background:
             self.store._heal(self.manifest, self.suspect)

@@ -897,25 +897,32 @@ class Store:
         return writer.add_group(group, hdf5, linker, ident)
 
     def _commit(
-        self, m: Manifest, writer: Writer, dirs: set[Path] | None = None, quiet: bool = False
+        self,
+        m: Manifest,
+        writer: Writer,
+        dirs: set[Path] | None = None,
+        quiet: bool = False,
+        encoded: bytes | None = None,
     ) -> int:
         """Publish manifest *m*; with *dirs* its folder's fsync is left to the caller.
 
         *quiet* (a commit on the background writer): the main thread's id cache is left
-        alone, it may be reading it.
+        alone, it may be reading it.  *encoded*: the file bytes of *m* as this process
+        signed them already (a staged save's); they stand until the id has to change.
         """
         folder = self._key_dir(m.cell_id, m.key)
         writer.current = folder
         fsio.makedirs(folder)
         for _attempt in range(20):
             path = folder / f"{m.id}.json"
-            data = manifest.encode(m, self.key)
+            data = manifest.encode(m, self.key) if encoded is None else encoded
             writer.current = path
             try:
                 with fsio.atomic_write(path, exclusive=True, dirs=dirs) as f:
                     f.write(data)
             except FileExistsError:  # same id from another process in the same ms
                 m.id = manifest.new_checkpoint_id()
+                encoded = None
                 continue
             except OSError:
                 # Published but not durable (the folder fsync failed): take it back, so
