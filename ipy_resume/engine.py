@@ -34,7 +34,9 @@ from .store.location import default_store_dir
 from .units import format_size
 
 if TYPE_CHECKING:
+    from .sharing import SharedObjects
     from .store.journal import Journal
+    from .store.results import SaveResult
 
 FORMAT_VERSION = "1"
 SAVING_LINE_MIN = 32 << 20
@@ -160,6 +162,31 @@ class Outcome:
     bytes: int = 0
     detail: str = ""
     reason: str = ""  # why the cell executed instead of restoring, in words
+
+
+@dataclass
+class _Ran:
+    """One execution of a cell, and the state before it that the save compares with."""
+
+    result: RunResult
+    duration: float
+    before: set[str]  # the names bound before the run
+    settings_before: dict[str, Any]
+    reached: dict[str, bytes]  # see _reached_state
+    rng_state: dict[str, Any]
+    files_read: dict[str, list[dict[str, Any]]]
+    files_written: list[str]
+
+
+@dataclass
+class _Content:
+    """What one checkpoint holds, as :meth:`Store.save` takes it."""
+
+    names: list[str]
+    values: dict[str, Any]
+    extras: dict[str, Any]
+    info: dict[str, Any]
+    missing_files: dict[str, str]  # files named with --files that could not be read
 
 
 @dataclass
@@ -603,6 +630,99 @@ class Engine:
     ) -> Any:
         __tracebackhide__ = True
         assert plan.key is not None and plan.analysis is not None
+        ran = self._execute(namespace, plan, opts, host)
+        result, duration = ran.result, ran.duration
+        if opts.min_seconds is not None and duration < opts.min_seconds:
+            # too quick to be worth a checkpoint: nothing stored, nothing on the timeline
+            self.last_outcome = Outcome("fast", key=plan.key, duration=duration)
+            return _value(result)
+        content = self._content(namespace, plan, opts, ran)
+        values = content.values
+        save_started = time.perf_counter()
+        shared = shared_objects(self.store.location)
+        shared.forget_checks()
+        try:
+            saved, job, to_write = self._save(plan, opts, content, shared)
+        except Exception as exc:  # SaveError is a StoreError; anything else is a bug of ours
+            listed = ", ".join(sorted(values)) or "no names"
+            host.message(PREFIX + _save_failure(opts, exc, listed))
+            outcome = Outcome(
+                "failed",
+                None,
+                sorted(values),
+                key=plan.key,
+                duration=duration,
+                detail=str(exc),
+                reason=reason,
+            )
+            self.record(outcome, opts.cell_id, host)
+            return _value(result)
+        names = content.names
+        if saved.added:  # names of earlier cells that hold objects this cell changed
+            names = sorted({*names, *saved.added})
+            values.update((name, namespace[name]) for name in saved.added if name in namespace)
+        shared.note(saved.manifest, values, namespace, saved.members)
+        failed = {**saved.failed, **content.missing_files}
+        if failed:
+            what = "; ".join(f"'{name}' ({reason})" for name, reason in sorted(failed.items()))
+            host.message(
+                f"{PREFIX}checkpoint {opts.shown} is incomplete: could not store {what}. "
+                "The values are still in the kernel; this cell will execute again next time."
+            )
+            status = "incomplete"
+        else:
+            status = "executed"
+        short = self.store.short_id(saved.manifest.id)
+        # A small background save is confirmed in its own cell's output: it is waited for
+        # (briefly); a large one, or a quiet cell's (a headless run), is not.
+        confirmed = job is None or (
+            status == "executed"
+            and not opts.quiet
+            and getattr(host, "prints_status", True)  # (a badge is updated, not a line)
+            and to_write < SAVING_LINE_MIN
+            and job.event.wait(STATUS_WAIT)
+        )
+        if status == "executed" and not opts.quiet:
+            self._say_executed(
+                host, opts, duration, short, saved, job, confirmed, to_write, save_started
+            )
+        outcome = Outcome(
+            status,
+            saved.manifest.id,
+            sorted(names),
+            failed,
+            key=plan.key,
+            duration=duration,
+            io=time.perf_counter() - save_started,
+            bytes=saved.bytes_written,
+            detail="; ".join(f"{n}: {r}" for n, r in sorted(failed.items())),
+            reason=reason,
+        )
+        if job is None:
+            self.record(outcome, opts.cell_id, host)
+        else:
+            self._later(job, outcome, opts, host, short, sorted(values), confirmed)
+        # Shown from the recorded data, so a later restore shows exactly this (a repr may
+        # count, like scikit-learn's HTML ids, or hold a memory address).
+        if (
+            result.has_value
+            and result.shown is not None
+            and _show(host, result.value, result.shown)
+        ):
+            return None
+        return _value(result)
+
+    def _execute(
+        self,
+        namespace: MutableMapping[str, Any],
+        plan: Plan,
+        opts: CheckpointOptions,
+        host: Host,
+    ) -> _Ran:
+        """Run the cell, recording what it reads and writes; the state before it, for the
+        comparison after."""
+        __tracebackhide__ = True
+        assert plan.key is not None
         before = set(namespace)
         settings_before = settings.snapshot()
         reached = _reached_state(namespace, plan)
@@ -622,20 +742,35 @@ class Engine:
         finally:
             _active = outer
         duration = time.perf_counter() - started
-        rng_state = rng.snapshot(plan.seed)
-        files_read = recorder.identities() if recorder is not None else {}
-        files_written = [
-            path for path in (recorder.outputs() if recorder else []) if path not in opts.files
-        ]
+        return _Ran(
+            result=result,
+            duration=duration,
+            before=before,
+            settings_before=settings_before,
+            reached=reached,
+            rng_state=rng.snapshot(plan.seed),
+            files_read=recorder.identities() if recorder is not None else {},
+            files_written=[
+                path for path in (recorder.outputs() if recorder else []) if path not in opts.files
+            ],
+        )
 
-        if opts.min_seconds is not None and duration < opts.min_seconds:
-            # too quick to be worth a checkpoint: nothing stored, nothing on the timeline
-            self.last_outcome = Outcome("fast", key=plan.key, duration=duration)
-            return result.value if result.has_value else None
-        names, deleted, mutated, after = self._outputs(namespace, plan, opts, before, reached)
+    def _content(
+        self,
+        namespace: MutableMapping[str, Any],
+        plan: Plan,
+        opts: CheckpointOptions,
+        ran: _Ran,
+    ) -> _Content:
+        """What the checkpoint of this run holds: values, extras and the manifest's info."""
+        assert plan.analysis is not None
+        result = ran.result
+        names, deleted, mutated, after = self._outputs(
+            namespace, plan, opts, ran.before, ran.reached
+        )
         values = {name: namespace[name] for name in names}
-        extras: dict[str, Any] = {"outputs": result.record, "rng": rng_state}
-        changed_settings = settings.changes(settings_before, settings.snapshot())
+        extras: dict[str, Any] = {"outputs": result.record, "rng": ran.rng_state}
+        changed_settings = settings.changes(ran.settings_before, settings.snapshot())
         if changed_settings:
             extras["settings"] = changed_settings
         if result.has_value:
@@ -668,7 +803,7 @@ class Engine:
             "output_digests": {name: d.hex() for name, d in digests.items()},
             "mutated": sorted(mutated),
             "deleted": sorted(deleted),
-            "duration": duration,
+            "duration": ran.duration,
             "seed": plan.seed,
             "has_result": result.has_value,
             "session": self.session,
@@ -680,128 +815,68 @@ class Engine:
                 "file_deps": not opts.no_file_deps,
             },
         }
-        if files_read:
-            info["file_deps"] = files_read
-        if files_written:
-            info["files_written"] = files_written
-        save_started = time.perf_counter()
-        shared = shared_objects(self.store.location)
-        shared.forget_checks()
-        job: background.Job | None = None
-        to_write = 0
-        try:
-            use = background.enabled() if self.background is None else self.background
-            if use and self.store.stages_saves and not self.store.healing(opts.cell_id, plan.key):
-                snap = self.store.snapshot(
-                    opts.cell_id,
-                    plan.key,
-                    values,
-                    extras=extras,
-                    info=info,
-                    complete=not missing_files,
-                    linker=shared,
-                )
-                to_write = snap.size
-                job = background.submit(snap)
-                if job is None:  # over the snapshot budget: written now, after earlier ones
-                    background.barrier(self.store.root)
-                    saved = snap.commit()
-                else:
-                    saved = snap.result()
-            else:
-                saved = self.store.save(
-                    opts.cell_id,
-                    plan.key,
-                    values,
-                    extras=extras,
-                    info=info,
-                    complete=not missing_files,
-                    linker=shared,
-                )
-        except Exception as exc:  # SaveError is a StoreError; anything else is a bug of ours
-            listed = ", ".join(sorted(values)) or "no names"
-            host.message(PREFIX + _save_failure(opts, exc, listed))
-            outcome = Outcome(
-                "failed",
-                None,
-                sorted(values),
-                key=plan.key,
-                duration=duration,
-                detail=str(exc),
-                reason=reason,
-            )
-            self.record(outcome, opts.cell_id, host)
-            return result.value if result.has_value else None
-        if saved.added:  # names of earlier cells that hold objects this cell changed
-            names = sorted({*names, *saved.added})
-            values.update((name, namespace[name]) for name in saved.added if name in namespace)
-        shared.note(saved.manifest, values, namespace, saved.members)
-        failed = {**saved.failed, **missing_files}
-        if failed:
-            what = "; ".join(f"'{name}' ({reason})" for name, reason in sorted(failed.items()))
-            host.message(
-                f"{PREFIX}checkpoint {opts.shown} is incomplete: could not store {what}. "
-                "The values are still in the kernel; this cell will execute again next time."
-            )
-            status = "incomplete"
-        else:
-            status = "executed"
-        short = self.store.short_id(saved.manifest.id)
-        # A small background save is confirmed in its own cell's output: it is waited for
-        # (briefly); a large one, or a quiet cell's (a headless run), is not.
-        confirmed = job is None or (
-            status == "executed"
-            and not opts.quiet
-            and getattr(host, "prints_status", True)  # (a badge is updated, not a line)
-            and to_write < SAVING_LINE_MIN
-            and job.event.wait(STATUS_WAIT)
-        )
-        if status == "executed" and not opts.quiet:
-            if job is None:
-                show_status(
-                    host,
-                    f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saved checkpoint "
-                    f"{short} ({format_size(saved.bytes_written)} written in "
-                    f"{_seconds(time.perf_counter() - save_started)})",
-                )
-            elif not confirmed:
-                show_status(
-                    host,
-                    f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saving checkpoint "
-                    f"{short} ({format_size(to_write)} to write)",
-                )
-            elif job.error is None:  # (a failure is said by the writer's callback)
-                show_status(
-                    host,
-                    f"{PREFIX}executed {opts.shown} in {_seconds(duration)}; saved checkpoint "
-                    f"{short} ({format_size(job.bytes_written)} written in "
-                    f"{_seconds(time.perf_counter() - save_started)})",
-                )
-        outcome = Outcome(
-            status,
-            saved.manifest.id,
-            sorted(names),
-            failed,
-            key=plan.key,
-            duration=duration,
-            io=time.perf_counter() - save_started,
-            bytes=saved.bytes_written,
-            detail="; ".join(f"{n}: {r}" for n, r in sorted(failed.items())),
-            reason=reason,
-        )
+        if ran.files_read:
+            info["file_deps"] = ran.files_read
+        if ran.files_written:
+            info["files_written"] = ran.files_written
+        return _Content(names, values, extras, info, missing_files)
+
+    def _save(
+        self, plan: Plan, opts: CheckpointOptions, content: _Content, shared: SharedObjects
+    ) -> tuple[SaveResult, background.Job | None, int]:
+        """Commit *content*: staged for the background writer where it may be, else now.
+
+        Returns what was saved, the writer's job (None: durable already) and the bytes
+        the writer still has to write.
+        """
+        assert plan.key is not None
+        what: dict[str, Any] = {
+            "extras": content.extras,
+            "info": content.info,
+            "complete": not content.missing_files,
+            "linker": shared,
+        }
+        use = background.enabled() if self.background is None else self.background
+        if not (use and self.store.stages_saves and not self.store.healing(opts.cell_id, plan.key)):
+            return self.store.save(opts.cell_id, plan.key, content.values, **what), None, 0
+        snap = self.store.snapshot(opts.cell_id, plan.key, content.values, **what)
+        to_write = snap.size
+        job = background.submit(snap)
+        if job is None:  # over the snapshot budget: written now, after earlier ones
+            background.barrier(self.store.root)
+            return snap.commit(), None, to_write
+        return snap.result(), job, to_write
+
+    def _say_executed(
+        self,
+        host: Host,
+        opts: CheckpointOptions,
+        duration: float,
+        short: str,
+        saved: SaveResult,
+        job: background.Job | None,
+        confirmed: bool,
+        to_write: int,
+        save_started: float,
+    ) -> None:
+        """The status line of an executed cell: saved (durable), or saving (not yet)."""
+        ran = f"{PREFIX}executed {opts.shown} in {_seconds(duration)}"
         if job is None:
-            self.record(outcome, opts.cell_id, host)
+            written = saved.bytes_written
+        elif not confirmed:
+            show_status(
+                host, f"{ran}; saving checkpoint {short} ({format_size(to_write)} to write)"
+            )
+            return
+        elif job.error is None:  # (a failure is said by the writer's callback)
+            written = job.bytes_written
         else:
-            self._later(job, outcome, opts, host, short, sorted(values), confirmed)
-        # Shown from the recorded data, so a later restore shows exactly this (a repr may
-        # count, like scikit-learn's HTML ids, or hold a memory address).
-        if (
-            result.has_value
-            and result.shown is not None
-            and _show(host, result.value, result.shown)
-        ):
-            return None
-        return result.value if result.has_value else None
+            return
+        show_status(
+            host,
+            f"{ran}; saved checkpoint {short} ({format_size(written)} written in "
+            f"{_seconds(time.perf_counter() - save_started)})",
+        )
 
     # ---- helpers --------------------------------------------------------------------------
 
@@ -1028,6 +1103,10 @@ def _digests_of(values: Mapping[str, Any], known: Mapping[str, bytes]) -> dict[s
         with contextlib.suppress(Unfingerprintable):
             out[name] = fingerprinter.digest(value)
     return out
+
+
+def _value(result: RunResult) -> Any:
+    return result.value if result.has_value else None
 
 
 def _is_closed_file(value: Any) -> bool:

@@ -128,6 +128,7 @@ class SharedObjects:
         # what each entry's value holds, walked once per operation (a save asks again for
         # every array it stores and for the group; the walk costs up to ~0.1 s a value)
         self._walked: dict[str, set[int]] = {}
+        self._arrays: list[np.ndarray] | None = None  # arrays(), asked twice per save
 
     @property
     def _entries(self) -> dict[str, _Entry]:
@@ -148,6 +149,7 @@ class SharedObjects:
                     self._drop(tok)
 
     def _drop(self, tok: str) -> None:
+        self._arrays = None
         entry = self._all.pop(tok, None)
         if entry is not None:
             tokens = self._by_name.get(entry.name)
@@ -208,6 +210,7 @@ class SharedObjects:
             )
         self._checked.clear()
         self._walked.clear()
+        self._arrays = None
 
     def restored(self, manifest: Manifest, values: Mapping[str, object]) -> None:
         """Make the fingerprints of *values* (restored from *manifest*) stand for the saved ones.
@@ -239,12 +242,10 @@ class SharedObjects:
         }
 
     def arrays(self) -> list[np.ndarray]:
-        out = []
-        for entry in self._entries.values():
-            obj = entry.get()
-            if type(obj) is np.ndarray:
-                out.append(obj)
-        return out
+        entries = self._entries  # (its sweep may drop entries: before the memo is read)
+        if self._arrays is None:
+            self._arrays = [o for e in entries.values() if type(o := e.get()) is np.ndarray]
+        return list(self._arrays)
 
     def check(self, tok: str) -> bool:
         known = self._checked.get(tok)
@@ -324,6 +325,7 @@ class SharedObjects:
         """Start a new operation: objects may have changed since the last answers."""
         self._checked.clear()
         self._walked.clear()
+        self._arrays = None
 
 
 _by_store: dict[str, SharedObjects] = {}

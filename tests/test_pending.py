@@ -162,6 +162,88 @@ def test_a_live_writers_staged_save_is_left_to_it_and_spared_by_gc(isolated: Pat
     assert store.verify() == []
 
 
+def test_the_scan_before_a_read_skips_this_processs_own_records_unread(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read of the store scans pending/; this process's own records (a live
+    writer's) are told by name after one check of their file, not read again and again."""
+    root = isolated / "store"
+    store = Store(root)
+    snap = store.snapshot("c", KEY, {"a": np.arange(1000.0)})
+    snap.stage()
+    assert snap.record is not None
+    other = store.snapshot("d", KEY, {"b": np.arange(10.0)})
+    other.stage()
+    assert other.record is not None
+    loads: list[Path] = []
+    real_load = pending._load
+
+    def counting_load(path: Path) -> Any:
+        loads.append(path)
+        return real_load(path)
+
+    monkeypatch.setattr(pending, "_load", counting_load)
+    for _ in range(3):
+        assert pending.recover(Store(root)).finished == []
+    assert loads == []
+    # a record that is not the one this process wrote (another process's, here one
+    # planted under the name of a record this process removed) is read, and finished
+    data = other.record.read_bytes()
+    name = other.record
+    other.settle()  # removed: the name is no longer this process's
+    doc = json.loads(data)
+    doc["owner"]["boot"] = "another-boot"
+    name.write_text(json.dumps(doc))
+    other.release()
+    assert pending.recover(Store(root)).finished == [name.stem]
+    assert loads == [name]
+    snap.release()
+
+
+def test_a_staged_manifest_is_published_as_signed_unless_its_bytes_written_changed(
+    isolated: Path,
+) -> None:
+    """The manifest signed for the commit record is published as it is; when a blob was
+    written meanwhile by another save (so this commit writes fewer bytes), it is signed
+    again with the true count, and verifies."""
+    root = isolated / "store"
+    store = Store(root)
+    same = store.snapshot("c", KEY, {"a": np.arange(1000.0)})
+    same.stage()
+    assert same.record is not None
+    recorded = json.loads(same.record.read_bytes())["manifest"].encode("utf-8")
+    published = same.commit().manifest
+    assert published.path is not None and published.path.read_bytes() == recorded
+
+    values = {"b": np.arange(2000.0)}
+    raced = store.snapshot("d", KEY, values)
+    raced.stage()
+    assert raced.record is not None
+    recorded = json.loads(raced.record.read_bytes())["manifest"].encode("utf-8")
+    store.save("e", KEY, values)  # writes the same blob first
+    m = raced.commit().manifest
+    assert m.path is not None and m.path.read_bytes() != recorded
+    assert m.bytes_written == 0
+    assert Store(root).find("d", KEY) is not None and Store(root).verify() == []
+
+
+def test_a_forked_child_does_not_take_its_parents_records_for_its_own(isolated: Path) -> None:
+    root = isolated / "store"
+    snap = Store(root).snapshot("c", KEY, {"a": np.arange(1000.0)})
+    snap.stage()
+    assert snap.record is not None
+    assert pending._is_mine(os.fspath(snap.record))
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's records are read (and left: the parent lives)
+        code = 0 if not pending._is_mine(os.fspath(snap.record)) else 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    record = os.fspath(snap.record)
+    snap.commit()  # the record is removed with its entry: a later file of that name is read
+    assert not pending._is_mine(record)
+
+
 @pytest.mark.parametrize("fork", ["0", "1"], ids=["staged", "forked"])
 def test_a_kernel_killed_while_its_save_is_pending_loses_nothing(
     isolated: Path, tmp_path: Path, fork: str

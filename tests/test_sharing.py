@@ -183,3 +183,27 @@ def test_an_object_changed_through_another_keeps_its_name_and_sharing(tmp_path: 
     second = run_process(tmp_path, cells, PIPE_CHECKS)
     assert all("restored" in s for s in _statuses(second)), _statuses(second)
     assert second["eval"] == first["eval"]
+
+
+def test_the_arrays_a_save_links_to_are_asked_for_again_after_each_operation(
+    tmp_path: Path,
+) -> None:
+    """``arrays()`` is remembered within one save (asked twice there); a note of new values
+    and the start of the next operation both give the current answer."""
+    store = Store(tmp_path / "st", key=b"k" * 32)
+    shared = SharedObjects()
+    first = {"a": np.arange(4.0)}
+    shared.note(store.save("a", "k1", first).manifest, first)
+    assert [x is first["a"] for x in shared.arrays()] == [True]
+    second = {"b": np.ones(3)}
+    shared.note(store.save("b", "k2", second).manifest, second)
+    assert {id(x) for x in shared.arrays()} == {id(first["a"]), id(second["b"])}
+    namespace = {"b": second["b"]}  # 'a' was deleted in the kernel
+    third = {"c": [1, 2]}
+    shared.note(store.save("c", "k3", third).manifest, third, namespace)
+    assert [x is second["b"] for x in shared.arrays()] == [True]
+    shared.forget_checks()
+    del namespace["b"], second
+    fourth = {"d": 1.5}
+    shared.note(store.save("d", "k4", fourth).manifest, fourth, namespace)
+    assert shared.arrays() == []

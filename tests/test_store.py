@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 import itertools
 import json
 import os
@@ -105,6 +106,8 @@ def test_layout_and_store_json(store: Store) -> None:
     assert len(m.id) == 16 and int(m.id, 16) >= 0
     assert m.created.endswith("Z") and abs(m.created_at.timestamp() - time.time()) < 60
     assert m.versions["python"].count(".") == 2 and m.versions["numpy"] == np.__version__
+    # the version recorded is the one the installed package publishes
+    assert m.versions["ipy_resume"] == importlib.metadata.version("ipy_resume")
     assert _temp_files(store.root) == []
 
 

@@ -118,13 +118,11 @@ class Job:
     event: threading.Event = field(default_factory=threading.Event)
     reported: bool = False
     root: Path = field(init=False)
+    key: tuple[str, str] = field(init=False)  # (cell id, key) of the checkpoint
 
     def __post_init__(self) -> None:
-        self.root = Path(self.snapshot.store.root).resolve()
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.snapshot.manifest.cell_id, self.snapshot.manifest.key)
+        self.root = _resolved(self.snapshot.store.root)
+        self.key = (self.snapshot.manifest.cell_id, self.snapshot.manifest.key)
 
     @property
     def seconds(self) -> float:
@@ -281,8 +279,8 @@ def submit(
 ) -> Job | None:
     """Queue *snapshot* for the writer, or return None when it does not fit the budget.
 
-    The snapshot is staged first (:meth:`Snapshot.stage`; on a bucket store, made to
-    own its bytes with :meth:`Snapshot.own`); from then on the caller may let the
+    The snapshot is staged first (:meth:`Snapshot.stage`, so only for a store whose
+    ``stages_saves`` is true: a local folder); from then on the caller may let the
     kernel change the values.
 
     >>> job = submit(store.snapshot("c", key, values))  # doctest: +SKIP
@@ -299,10 +297,7 @@ def submit(
             return None
         _writer.held += size
     try:
-        if snapshot.can_stage():
-            snapshot.stage()
-        else:
-            snapshot.own()
+        snapshot.stage()
     except BaseException:
         with _writer.mutex:
             _writer.held -= size
@@ -324,8 +319,25 @@ def pending(root: str | os.PathLike[str] | None = None) -> list[Job]:
         jobs = list(_writer.jobs)
     if root is None or not jobs:
         return jobs
-    where = Path(root).resolve()
-    return [job for job in jobs if job.root == where]
+    where = _resolved(root)  # (the same object as the jobs' roots: compared by identity first)
+    return [job for job in jobs if job.root is where or job.root == where]
+
+
+_roots: dict[str, Path] = {}
+
+
+def _resolved(root: str | os.PathLike[str]) -> Path:
+    """*root* resolved, remembered by its spelling: resolving stats every folder of the
+    path, and every cell asks several times.  Jobs and waits only need one answer per
+    spelling (a symlink re-pointed under a live kernel keeps grouping by the first)."""
+    spelled = os.fspath(root)
+    found = _roots.get(spelled)
+    if found is None:
+        found = Path(spelled).resolve()
+        if len(_roots) >= 256:
+            _roots.clear()
+        _roots[spelled] = found
+    return found
 
 
 def _in_writer() -> bool:
@@ -380,7 +392,7 @@ def barrier(
     """
     if not _writer.jobs or _in_writer() or getattr(_writer.local, "draining", False):
         return True  # (the first test: a store with nothing pending pays nothing)
-    where = Path(root).resolve()
+    where = _resolved(root)
     jobs = pending(where)
     if key is not None:
         jobs = [j for j in jobs if j.key == key]

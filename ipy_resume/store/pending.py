@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,7 @@ __all__ = [
     "record_path",
     "records",
     "recover",
+    "remove_record",
     "stage_blob",
     "write_record",
 ]
@@ -80,14 +82,20 @@ def _start_time(pid: int) -> str:
 _BOOT = _boot_id()
 
 
+_started: tuple[int, str] | None = None  # (pid, start time) of this process, read once
+
+
 def owner() -> dict[str, Any]:
     """What names this process as the writer of a record.
 
     >>> owner()["pid"] == os.getpid()
     True
     """
+    global _started
     pid = os.getpid()
-    return {"pid": pid, "start": _start_time(pid), "boot": _BOOT}
+    if _started is None or _started[0] != pid:  # (a forked child is another process)
+        _started = (pid, _start_time(pid))
+    return {"pid": pid, "start": _started[1], "boot": _BOOT}
 
 
 def _alive(who: Any) -> bool:
@@ -144,6 +152,50 @@ def record_path(root: Path, checkpoint_id: str) -> Path:
     return root / FOLDER / f"{checkpoint_id}.json"
 
 
+# The records this process wrote and has not removed yet, with the identity (inode, size,
+# mtime) of the file as written.  Such a record is this live process's, so the scan before
+# every read skips it without reading it or asking /proc.  Its file is compared with that
+# identity once, at the first scan that sees it (a record changed before then, or a fork's
+# inherited list, falls back to reading its owner); later scans go by its name alone, so a
+# scan costs one stat per record of this process over the record's life, not one per read.
+_mine: dict[str, tuple[int, int, int] | None] = {}  # None: checked already
+_mine_lock = threading.Lock()  # (the writer thread removes records)
+
+
+def _forked() -> None:
+    # the child writes nothing but its own records (see snapshot._fork_writer); another
+    # thread may have held the lock at the fork, and that thread is not in the child
+    global _mine_lock
+    _mine_lock = threading.Lock()
+    _mine.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _ident(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _is_mine(path: str) -> bool:
+    with _mine_lock:
+        if path not in _mine:
+            return False
+        known = _mine[path]
+        if known is None:
+            return True
+        try:
+            same = _ident(os.stat(path)) == known
+        except OSError:
+            same = False
+        if same:
+            _mine[path] = None
+        else:
+            del _mine[path]
+        return same
+
+
 def write_record(path: Path, data: bytes) -> Path:
     """Make a commit record visible at *path* (atomically, not durably).
 
@@ -152,8 +204,22 @@ def write_record(path: Path, data: bytes) -> Path:
     """
     fsio.makedirs(path.parent)
     temp = fsio.stage(path, [data])
+    st = os.stat(temp)
     os.replace(temp, path)
+    with _mine_lock:
+        _mine[os.fspath(path)] = _ident(st)
     return path
+
+
+def remove_record(path: Path) -> None:
+    """Remove the commit record at *path* (its commit is durable, or abandoned).
+
+    >>> remove_record(snap.record)  # doctest: +SKIP
+    """
+    with _mine_lock:
+        _mine.pop(os.fspath(path), None)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def records(root: Path) -> list[Path]:
@@ -205,7 +271,16 @@ def recover(store: Store) -> Recovered:
     """
     done = Recovered([], {})
     root = store.root
-    for path in records(root):
+    folder = os.path.join(os.fspath(root), FOLDER)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+    except (FileNotFoundError, NotADirectoryError):
+        return done
+    for name in names:
+        spelled = os.path.join(folder, name)
+        if _is_mine(spelled):
+            continue  # this process's own save, still on its way: a live writer's
+        path = Path(spelled)
         doc = _load(path)
         if doc is None:
             # unreadable: a record is made visible whole (rename), so this is damage
@@ -277,8 +352,7 @@ def _drop(path: Path, doc: dict[str, Any] | None, root: Path) -> None:
             temp = root / str(entry[0])
             if fsio.is_temp_name(temp.name):
                 os.unlink(temp)
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+    remove_record(path)
 
 
 def stage_blob(path: PurePath, chunks: list[Any], size: int, temp: Path | None = None) -> Path:

@@ -260,16 +260,22 @@ class RemoteStore(Store):
         )
 
     def _commit(
-        self, m: Manifest, writer: Any, dirs: set[Path] | None = None, quiet: bool = False
+        self,
+        m: Manifest,
+        writer: Any,
+        dirs: set[Path] | None = None,
+        quiet: bool = False,
+        encoded: bytes | None = None,
     ) -> int:
         # *dirs* and *quiet* serve the local store's group commit; a bucket has no folders
         folder = self._key_dir(m.cell_id, m.key)
         for _attempt in range(20):
             path = folder / f"{m.id}.json"
-            data = manifest.encode(m, self.key)
+            data = manifest.encode(m, self.key) if encoded is None else encoded
             writer.current = path
             if not self.backend.put_if_absent(self._rel(path), data):
                 m.id = manifest.new_checkpoint_id()  # same id from another writer
+                encoded = None
                 continue
             m.path = path
             writer.current = None

@@ -2,11 +2,10 @@
 
 :meth:`Store.snapshot` pickles every value, lays out every array and builds the
 signed manifest's content in memory, writing nothing.  A :class:`Snapshot` then
-holds the blobs still to be written as ``(address, chunks, size)``; until
-:meth:`Snapshot.own` runs, the chunks of an array are views of the live array,
-so a write to it in the kernel would change what is saved.  ``own`` copies those
-(pickle streams are ``bytes`` already, immutable), and from then on nothing the
-kernel does reaches the snapshot.
+holds the blobs still to be written as ``(address, chunks, size)``; the chunks of
+an array are views of the live array until :meth:`Snapshot.stage` hands them to
+the OS (or to a forked child that sees them as they are now), and from then on
+nothing the kernel does reaches the snapshot.
 
 The commit is the same protocol as :meth:`Store.save`: under the store's shared
 lock, every blob durable first, then the manifest published with ``os.link``.
@@ -29,9 +28,7 @@ import sys
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ipy_resume.store import blobs, fsio, lock, manifest, pending
+from ipy_resume.store import fsio, lock, manifest, pending
 from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.results import SaveResult
 
@@ -39,21 +36,6 @@ if TYPE_CHECKING:
     from ipy_resume.store.store import Store, Writer
 
 __all__ = ["Snapshot"]
-
-
-def _immutable(chunk: Any) -> bool:
-    if isinstance(chunk, bytes):
-        return True
-    return isinstance(chunk, memoryview) and chunk.readonly and isinstance(chunk.obj, bytes)
-
-
-def _copy(chunk: Any) -> np.ndarray:
-    view = memoryview(chunk)
-    if view.ndim != 1 or view.itemsize != 1:
-        view = view.cast("B")
-    out = blobs.aligned_empty(view.nbytes)
-    np.copyto(out, np.frombuffer(view, dtype=np.uint8))
-    return out
 
 
 FORK_MIN = 4 << 20
@@ -114,7 +96,7 @@ class Snapshot:
     """One save serialised to memory (see the module docstring).
 
     >>> snap = store.snapshot("train", key, values)  # doctest: +SKIP
-    >>> snap.own()  # the kernel may change the values from here on
+    >>> snap.stage()  # doctest: +SKIP
     >>> snap.commit().manifest.id == snap.id  # doctest: +SKIP
     True
     """
@@ -134,13 +116,15 @@ class Snapshot:
         self.writer = writer
         self.failed = failed
         self.suspect = suspect  # damaged manifests of this key: the save heals them
-        self.owned = False
         self.manifest_bytes = 0
         self._written: set[str] = set()
         self.staged: list[pending.Staged] | None = None  # see stage()
         self.record: Path | None = None  # the commit record of a staged save
         self.child: tuple[int, int] | None = None  # (pid, pipe) of a forked stage
         self.new_dirs: set[Path] = set()  # parents of folders stage() made, to fsync
+        # (id, bytes_written, file bytes) of the manifest as stage() signed it for the record:
+        # published as they are when neither changed, instead of signed a second time
+        self.encoded: tuple[str, int, bytes] | None = None
 
     @property
     def id(self) -> str:
@@ -151,29 +135,6 @@ class Snapshot:
     def size(self) -> int:
         """Bytes of the blobs still to be written (the most the commit writes, manifest aside)."""
         return sum(size for _, _, size in self.writer.deferred or ())
-
-    @property
-    def live_bytes(self) -> int:
-        """Bytes that still view live memory: what :meth:`own` copies."""
-        return sum(
-            memoryview(c).nbytes
-            for _, chunks, _ in self.writer.deferred or ()
-            for c in chunks
-            if not _immutable(c)
-        )
-
-    def own(self) -> None:
-        """Copy every chunk that views live memory: the kernel may change the values now."""
-        for i, (address, chunks, size) in enumerate(self.writer.deferred or ()):
-            if any(not _immutable(c) for c in chunks):
-                owned = [c if _immutable(c) else _copy(c) for c in chunks]
-                assert self.writer.deferred is not None
-                self.writer.deferred[i] = (address, owned, size)
-        self.owned = True
-
-    def can_stage(self) -> bool:
-        """Whether :meth:`stage` applies: a store in a local folder (not a bucket)."""
-        return self.store.stages_saves
 
     def stage(self) -> None:
         """Hand the blobs to the OS now and record the commit still to do (no fsync).
@@ -208,9 +169,9 @@ class Snapshot:
             self.manifest.bytes_written = sum(s.size for s in staged)
             path = pending.record_path(store.root, self.manifest.id)
             fsio.makedirs(path.parent, dirs=self.new_dirs)
-            record = pending.record_bytes(
-                store.root, manifest.encode(self.manifest, store.key), staged
-            )
+            data = manifest.encode(self.manifest, store.key)
+            self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
+            record = pending.record_bytes(store.root, data, staged)
             if _may_fork(self.size):
                 try:
                     self.child = _fork_writer(todo, path, record)
@@ -230,7 +191,6 @@ class Snapshot:
                 raise self.error(exc) from exc
             raise
         writer.deferred = []
-        self.owned = True
 
     def _reap(self, kill: bool = False) -> None:
         """Wait for the forked child (killed first with *kill*); raise its failure."""
@@ -283,8 +243,7 @@ class Snapshot:
         is published already (or blobs that are gone), which recovery finds and drops.
         """
         if self.record is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.record)
+            pending.remove_record(self.record)
             self.record = None
         self.release()
 
@@ -351,8 +310,14 @@ class Snapshot:
 
     def publish(self, dirs: set[Path] | None = None, background: bool = False) -> int:
         """Publish the manifest (the blobs must be durable); returns its size in bytes."""
+        m, encoded = self.manifest, self.encoded
+        same = encoded is not None and encoded[:2] == (m.id, m.bytes_written)
         self.manifest_bytes = self.store._commit(
-            self.manifest, self.writer, dirs=dirs, quiet=background
+            m,
+            self.writer,
+            dirs=dirs,
+            quiet=background,
+            encoded=encoded[2] if same and encoded is not None else None,
         )
         if self.suspect is not None and not background:
             self.store._heal(self.manifest, self.suspect)

@@ -174,12 +174,10 @@ def _versions() -> dict[str, str]:
         import cloudpickle
         import h5py
 
-        try:
-            from importlib.metadata import version
+        # (not importlib.metadata: it scans every installed distribution, ~0.1 s in the
+        # first save of every kernel; the package's version module is what it publishes)
+        from ipy_resume.version import __version__ as own
 
-            own = version("ipy_resume")
-        except Exception:  # not installed (running from a checkout)
-            own = "unknown"
         _versions_cache.update(
             python=platform.python_version(),
             numpy=np.__version__,
@@ -772,11 +770,12 @@ class Store:
         Everything :meth:`save` decides (what is stored, what links where, the
         manifest and its id) is decided here, and nothing is written: pickles are
         kept as bytes, and the blobs still to be written keep views of the live
-        arrays until :meth:`Snapshot.own` copies them.  Blobs found present now
-        are not kept; ``commit`` checks again, under the lock, that they still are.
+        arrays until :meth:`Snapshot.stage` hands them to the OS.  Blobs found
+        present now are not kept; the commit checks again, under the lock, that
+        they still are.
 
         >>> snap = store.snapshot("train", key, {"model": model})  # doctest: +SKIP
-        >>> snap.own(); snap.commit().manifest.id  # doctest: +SKIP
+        >>> snap.stage(); snap.commit().manifest.id  # doctest: +SKIP
         """
         _check_cell_id(cell_id)
         _check_key(key)
@@ -932,25 +931,32 @@ class Store:
         return writer.add_group(group, hdf5, linker, ident)
 
     def _commit(
-        self, m: Manifest, writer: Writer, dirs: set[Path] | None = None, quiet: bool = False
+        self,
+        m: Manifest,
+        writer: Writer,
+        dirs: set[Path] | None = None,
+        quiet: bool = False,
+        encoded: bytes | None = None,
     ) -> int:
         """Publish manifest *m*; with *dirs* its folder's fsync is left to the caller.
 
         *quiet* (a commit on the background writer): the main thread's id cache is left
-        alone, it may be reading it.
+        alone, it may be reading it.  *encoded*: the file bytes of *m* as this process
+        signed them already (a staged save's); they stand until the id has to change.
         """
         folder = self._key_dir(m.cell_id, m.key)
         writer.current = folder
         fsio.makedirs(folder)
         for _attempt in range(20):
             path = folder / f"{m.id}.json"
-            data = manifest.encode(m, self.key)
+            data = manifest.encode(m, self.key) if encoded is None else encoded
             writer.current = path
             try:
                 with fsio.atomic_write(path, exclusive=True, dirs=dirs) as f:
                     f.write(data)
             except FileExistsError:  # same id from another process in the same ms
                 m.id = manifest.new_checkpoint_id()
+                encoded = None
                 continue
             except OSError:
                 # Published but not durable (the folder fsync failed): take it back, so
