@@ -46,6 +46,7 @@ the unpickler.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import io
@@ -558,6 +559,9 @@ class PickledGroup(Pickled):
     members: set[int]  # ids of the objects with an identity (see :func:`identities`)
     reached: set[int]  # ids of every object the stream holds
     roots: list[np.ndarray]  # bases of views stored as copies (their base is not in the group)
+    # ids of the objects written as links: not evidence of what this group changed (they are
+    # unchanged), but of what its values hold, for a later cell that changes one of them
+    linked: set[int] = dataclasses.field(default_factory=set)
 
 
 # Objects whose identity means nothing, or that every group shares (types, functions,
@@ -673,7 +677,7 @@ def pickle_group(
     held = identities(values.values(), linked)
     held.update(pickler.view_roots)  # addresses of the memory views elsewhere point into
     roots = [root for root, _, _ in pickler.view_roots.values()]
-    return PickledGroup(stream, buffers, pickler.used, held, reached, roots)
+    return PickledGroup(stream, buffers, pickler.used, held, reached, roots, linked)
 
 
 _ROOT_SLACK_MIN = (
