@@ -295,6 +295,8 @@ def test_a_group_links_objects_and_plain_containers_stored_elsewhere() -> None:
     group = codecs.pickle_group(values, links, lambda token: True)
     assert group.links == {"c/box", "c/items"}
     assert group.linked == {id(box), id(items)}
+    # linked, not held inline: no reason to store box's checkpoint again with this group
+    assert not group.reached & {id(box), id(items)}
     stored = {"c/box": box, "c/items": items}
     back = codecs.unpickle_group(group.stream, group.buffers, stored.__getitem__)
     holder = back["holder"]

@@ -713,10 +713,11 @@ def pickle_group(
     ):
         pickler, stream, buffers = _dump_group(values, links, check, by_address, persist=True)
         memo = pickler.memo.copy()
-    reached = {id(obj) for _, obj in memo.values()}
+    linked = {i for i, token in (links or {}).items() if token in pickler.used}
+    # (a link written by reducer_override is in the memo too: it is not held inline)
+    reached = {id(obj) for _, obj in memo.values()} - linked
     del memo
     pickler.clear_memo()
-    linked = {i for i, token in (links or {}).items() if token in pickler.used}
     held = identities(values.values(), linked)
     held.update(pickler.view_roots)  # addresses of the memory views elsewhere point into
     roots = [root for root, _, _ in pickler.view_roots.values()]
