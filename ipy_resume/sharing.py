@@ -66,6 +66,9 @@ class _Entry:
 _VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple, frozenset)
 
 
+# Values whose identity means nothing and that hold nothing that has one.
+_SCALAR_TYPES = (str, bytes, int, float, complex, bool, type(None), range, np.generic)
+
 _CODE_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 
 
@@ -286,7 +289,13 @@ class SharedObjects:
             obj = entry.get()
             if obj is MISSING:
                 continue
-            if id(obj) in members or id(obj) in reached or self._holds(tok, entry, obj, members):
+            if (
+                id(obj) in members
+                # an immutable scalar a new value also holds (a float inside a distribution's
+                # parameters) is no sharing to keep: equal ones are interchangeable
+                or (id(obj) in reached and not isinstance(obj, _SCALAR_TYPES))
+                or self._holds(tok, entry, obj, members)
+            ):
                 matched.add(tok.partition("/")[0])
         # All the names of such a checkpoint, not only the one that matched: they share
         # objects among themselves, and storing one of them again alone would part it from

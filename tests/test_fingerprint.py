@@ -892,6 +892,28 @@ def test_random_generators_by_state() -> None:
     assert fingerprint(np.random.PCG64(5)) != fingerprint(np.random.MT19937(5))
 
 
+def test_numpys_global_random_state_is_keyed_by_reference() -> None:
+    # A scipy distribution holds numpy's global RandomState, which the seeding of every cell
+    # moves: keyed by its state, the distribution would count as changed by each cell that
+    # reads it (and be stored again with all that shares with it).
+    stats = pytest.importorskip("scipy.stats")
+    frozen = stats.gamma(2.0, scale=1.5)
+    assert frozen.dist._random_state is np.random.mtrand._rand
+    state = np.random.get_state()
+    try:
+        before = fingerprint(frozen)
+        np.random.seed(7)
+        np.random.rand()
+        assert fingerprint(frozen) == before
+    finally:
+        np.random.set_state(state)
+    own = stats.gamma(2.0, scale=1.5)
+    own.random_state = np.random.RandomState(3)
+    before = fingerprint(own)
+    own.rvs()
+    assert fingerprint(own) != before  # a RandomState of its own is still keyed by state
+
+
 @pytest.mark.slow
 def test_large_contiguous_array_is_hashed_without_a_copy() -> None:
     arr = np.zeros(64 * 2**20, dtype=np.float64)  # 512 MB

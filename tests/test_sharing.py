@@ -173,16 +173,24 @@ PIPE_CHECKS = {
 }
 
 
+def _same_after_a_restore(
+    tmp_path: Path, cells: list[str], checks: dict[str, str], expected: dict[str, str]
+) -> None:
+    """*checks* give *expected* after the cells run, and again once all of them are restored
+    in a fresh process."""
+    first = run_process(tmp_path, cells, checks)
+    assert first["eval"] == expected
+    second = run_process(tmp_path, cells, checks)
+    assert all("restored" in s for s in _statuses(second)), _statuses(second)
+    assert second["eval"] == expected
+
+
 def test_an_object_changed_through_another_keeps_its_name_and_sharing(tmp_path: Path) -> None:
     # `model.fit` fits `ridge` without naming it: the restored `ridge` must be fitted, and
     # still the pipeline's step; a view into an array inside a Bunch stays a view.
     pytest.importorskip("sklearn")
-    cells = [PIPE, FIT, DIGITS, IMAGE]
-    first = run_process(tmp_path, cells, PIPE_CHECKS)
-    assert first["eval"] == {"fitted": "True", "same": "True", "view": "True"}
-    second = run_process(tmp_path, cells, PIPE_CHECKS)
-    assert all("restored" in s for s in _statuses(second)), _statuses(second)
-    assert second["eval"] == first["eval"]
+    expected = {"fitted": "True", "same": "True", "view": "True"}
+    _same_after_a_restore(tmp_path, [PIPE, FIT, DIGITS, IMAGE], PIPE_CHECKS, expected)
 
 
 def test_the_arrays_a_save_links_to_are_asked_for_again_after_each_operation(
@@ -207,3 +215,35 @@ def test_the_arrays_a_save_links_to_are_asked_for_again_after_each_operation(
     fourth = {"d": 1.5}
     shared.note(store.save("d", "k4", fourth).manifest, fourth, namespace)
     assert shared.arrays() == []
+
+
+SERIES = (
+    "%%checkpoint series\nimport pandas as pd\n"
+    "index = pd.MultiIndex.from_tuples([('CA', 2010), ('CA', 2020), ('NY', 2010)])\n"
+    "pop = pd.Series([1, 2, 3], index=index)"
+)
+FRAME = "%%checkpoint frame\npop_df = pd.DataFrame({'total': pop, 'u': [4, 5, 6]})"
+RENAME = "%%checkpoint rename\npop.index.names = ['state', 'year']"
+FRAME_CHECKS = {"same": "pop_df.index is pop.index", "names": "list(pop_df.index.names)"}
+
+
+def test_a_frame_built_on_a_series_index_follows_a_later_change_through_the_series(
+    tmp_path: Path,
+) -> None:
+    # Found in a public tutorial (hierarchical indexing): the frame shares the Series' index
+    # (stored as a link), and a later cell renames the index levels through the Series.
+    pytest.importorskip("pandas")
+    expected = {"same": "True", "names": "['state', 'year']"}
+    _same_after_a_restore(tmp_path, [SERIES, FRAME, RENAME], FRAME_CHECKS, expected)
+
+
+HOLD = "%%checkpoint hold\nholder = {'frame': pop_df}"
+HOLD_CHECKS = {**FRAME_CHECKS, "held": "holder['frame'] is pop_df"}
+
+
+def test_a_value_holding_that_frame_follows_it_too(tmp_path: Path) -> None:
+    # holder is stored with a link to the frame; once the rename stores the frame again,
+    # holder must be stored again with it, or it keeps the frame of before the rename.
+    pytest.importorskip("pandas")
+    expected = {"same": "True", "names": "['state', 'year']", "held": "True"}
+    _same_after_a_restore(tmp_path, [SERIES, FRAME, HOLD, RENAME], HOLD_CHECKS, expected)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +285,42 @@ def test_store_round_trip_property(tmp_path: Path, arr: np.ndarray, big: bool) -
     assert m is not None
     got = store.load_values(m)["a"]
     assert isinstance(got, np.ndarray) and _equal(got, arr)
+
+
+def test_a_group_links_objects_and_plain_containers_stored_elsewhere() -> None:
+    box = types.SimpleNamespace(n=1)
+    items = [1, 2]
+    values = {"holder": {"box": box, "again": box, "items": items, "items2": items}}
+    links = {id(box): "c/box", id(items): "c/items"}
+    group = codecs.pickle_group(values, links, lambda token: True)
+    assert group.links == {"c/box", "c/items"}
+    assert group.linked == {id(box), id(items)}
+    # linked, not held inline: no reason to store box's checkpoint again with this group
+    assert not group.reached & {id(box), id(items)}
+    stored = {"c/box": box, "c/items": items}
+    back = codecs.unpickle_group(group.stream, group.buffers, stored.__getitem__)
+    holder = back["holder"]
+    assert isinstance(holder, dict)
+    assert holder["box"] is box and holder["again"] is box
+    assert holder["items"] is items and holder["items2"] is items
+
+
+def test_a_link_that_fails_its_check_is_stored_as_a_copy() -> None:
+    box = types.SimpleNamespace(n=1)
+    items = [1, 2]
+    values = {"holder": {"box": box, "items": items}}
+    links = {id(box): "c/box", id(items): "c/items"}
+    group = codecs.pickle_group(values, links, lambda token: False)
+    assert group.links == set() and group.linked == set()
+    back = codecs.unpickle_group(group.stream, group.buffers, lambda token: None)
+    holder = back["holder"]
+    assert isinstance(holder, dict)
+    assert holder["box"] is not box and holder["box"].n == 1
+    assert holder["items"] is not items and holder["items"] == [1, 2]
+
+
+def test_a_linked_object_cannot_be_read_without_its_group() -> None:
+    box = types.SimpleNamespace(n=1)
+    group = codecs.pickle_group({"holder": [box]}, {id(box): "c/box"}, lambda token: True)
+    with pytest.raises(pickle.UnpicklingError, match="c/box"):
+        pickle.loads(group.stream)

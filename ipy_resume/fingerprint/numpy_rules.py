@@ -15,6 +15,7 @@ from typing import Any
 
 import xxhash
 
+from .. import modrefs
 from .containers import c_dict, instance_state
 from .core import CALL_MEMO, Fingerprinter, Rule, add_provider
 from .primitives import NONE_DIGEST, hash128, pack_u64
@@ -182,6 +183,11 @@ def _c_np_bit_generator(fp: Fingerprinter, bg: Any) -> bytes:
 
 
 def _c_np_random_state(fp: Fingerprinter, rs: Any) -> bytes:
+    if modrefs.lookup(rs) is not None:
+        # numpy's global RandomState (a scipy distribution holds it): numpy's own object, keyed
+        # by reference as such objects are (see c_reduce), not by the state every draw and every
+        # cell's seeding changes; otherwise whatever holds it would count as changed by each cell
+        return c_reduce(fp, rs)
     return hash128(
         b"np.RandomState\0"
         + fp.digest_child(type(rs))

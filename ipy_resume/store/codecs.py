@@ -46,6 +46,7 @@ the unpickler.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import io
@@ -399,9 +400,7 @@ def _unpickle(
     """The single place where bytes reach the unpickler (tests patch it)."""
     if persistent_load is None:
         return pickle.loads(stream, buffers=buffers)
-    unpickler = pickle.Unpickler(io.BytesIO(stream), buffers=buffers)
-    unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
-    return unpickler.load()
+    return _GroupUnpickler(stream, buffers, persistent_load).load()
 
 
 def unpickle_value(stream: Any, buffers: list[Any]) -> object:
@@ -496,7 +495,22 @@ class _GroupPickler(_Pickler):
         self.view_roots: dict[int, tuple[np.ndarray, int, int]] = {}
         self.owners: dict[int, np.ndarray] = {}  # arrays of the group owning their memory
 
+    def linkable(self, token: str) -> bool:
+        """Whether the object of *token* may be written as a link (asked once per token)."""
+        usable = self._usable.get(token)
+        if usable is None:
+            usable = self._usable[token] = self.check(token)
+        return usable
+
     def reducer_override(self, obj: Any) -> Any:
+        # Links first, here rather than in persistent_id: pickle asks persistent_id about
+        # every object, numbers and strings too (a Python call each, most of a large group's
+        # pickling time), and this only about objects of other types than those and plain
+        # containers.  Plain containers are left to a second pass (see pickle_group).
+        token = self.links.get(id(obj))
+        if token is not None and self.linkable(token):
+            self.used.add(token)
+            return (_link, (token,))
         if type(obj) is np.ndarray and not obj.dtype.hasobject and obj.size:
             if isinstance(obj.base, np.ndarray):
                 root = array_root(obj)
@@ -535,19 +549,37 @@ class ModuleAttribute:
 
 
 class _LinkingPickler(_GroupPickler):
-    """A group pickler that also writes links (a Python call per object: only when needed)."""
+    """A group pickler that also links plain lists, dicts and sets, which never reach
+    ``reducer_override`` (a Python call per object: only when one of them is to be linked)."""
 
     def persistent_id(self, obj: Any) -> Any:
         token = self.links.get(id(obj))
-        if token is None:
-            return None
-        usable = self._usable.get(token)
-        if usable is None:
-            usable = self._usable[token] = self.check(token)
-        if not usable:
+        if token is None or type(obj) not in _PLAIN_CONTAINERS or not self.linkable(token):
             return None
         self.used.add(token)
         return (LINK_TAG, token)
+
+
+def _link(token: str) -> object:
+    """Stands for an object stored elsewhere in a group's stream; :func:`unpickle_group`
+    supplies the object (see :class:`_GroupUnpickler`), anything else fails here."""
+    raise pickle.UnpicklingError(f"a link ({token!r}) read outside its group")
+
+
+class _GroupUnpickler(pickle.Unpickler):
+    """Resolves a group's links: persistent ids, and the calls of :func:`_link`."""
+
+    def __init__(
+        self, stream: Any, buffers: list[Any], persistent_load: Callable[[Any], object]
+    ) -> None:
+        super().__init__(io.BytesIO(stream), buffers=buffers)
+        self.persistent_load = persistent_load  # type: ignore[method-assign]
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == __name__ and name == "_link":
+            load = self.persistent_load
+            return lambda token: load((LINK_TAG, token))
+        return super().find_class(module, name)
 
 
 @dataclass
@@ -558,6 +590,9 @@ class PickledGroup(Pickled):
     members: set[int]  # ids of the objects with an identity (see :func:`identities`)
     reached: set[int]  # ids of every object the stream holds
     roots: list[np.ndarray]  # bases of views stored as copies (their base is not in the group)
+    # ids of the objects written as links: not evidence of what this group changed (they are
+    # unchanged), but of what its values hold, for a later cell that changes one of them
+    linked: set[int] = dataclasses.field(default_factory=set)
 
 
 # Objects whose identity means nothing, or that every group shares (types, functions,
@@ -664,16 +699,29 @@ def pickle_group(
         and root.nbytes <= max(_ROOT_SLACK_MIN, 2 * total)
     }
     if wanted:
-        more = {**wanted, **{a: o for a, o in pickler.owners.items() if a in wanted}}
-        first = _dump_group(values, links, check, {**by_address, **more})
+        by_address = {**by_address, **wanted}
+        by_address.update((a, o) for a, o in pickler.owners.items() if a in wanted)
+        first = _dump_group(values, links, check, by_address)
     pickler, stream, buffers = first
-    reached = {id(obj) for _, obj in pickler.memo.copy().values()}
-    pickler.clear_memo()
+    memo = pickler.memo.copy()
+    # A plain list, dict or set that another checkpoint stored was written out here: only
+    # persistent_id sees those, so the group is pickled again with one.
+    if links and any(
+        type(memo[i][1]) in _PLAIN_CONTAINERS and pickler.linkable(token)
+        for i, token in links.items()
+        if i in memo
+    ):
+        pickler, stream, buffers = _dump_group(values, links, check, by_address, persist=True)
+        memo = pickler.memo.copy()
     linked = {i for i, token in (links or {}).items() if token in pickler.used}
+    # (a link written by reducer_override is in the memo too: it is not held inline)
+    reached = {id(obj) for _, obj in memo.values()} - linked
+    del memo
+    pickler.clear_memo()
     held = identities(values.values(), linked)
     held.update(pickler.view_roots)  # addresses of the memory views elsewhere point into
     roots = [root for root, _, _ in pickler.view_roots.values()]
-    return PickledGroup(stream, buffers, pickler.used, held, reached, roots)
+    return PickledGroup(stream, buffers, pickler.used, held, reached, roots, linked)
 
 
 _ROOT_SLACK_MIN = (
@@ -686,6 +734,7 @@ def _dump_group(
     links: dict[int, str] | None,
     check: Callable[[str], bool] | None,
     by_address: dict[int, np.ndarray],
+    persist: bool = False,
 ) -> tuple[_GroupPickler, bytes, list[memoryview]]:
     buffers: list[memoryview] = []
 
@@ -697,7 +746,7 @@ def _dump_group(
         return False
 
     out = io.BytesIO()
-    kind = _LinkingPickler if links else _GroupPickler
+    kind = _LinkingPickler if persist else _GroupPickler
     pickler = kind(out, links or {}, check or (lambda token: True), by_address, callback)
     try:
         pickler.dump(values)

@@ -371,15 +371,22 @@ class Writer:
             return failed
         if linker is not None:
             # Values of earlier checkpoints that hold an object these values hold (a list
-            # whose items this cell changed, a pipeline whose step it fitted) are stored
-            # again with them, so both names share that object after a restore too.
-            linked = {i for i, tok in links.items() if tok in group.links}
-            more = {
-                f"v:{name}": obj
-                for name, obj in linker.holders(group.members, group.reached).items()
-                if f"v:{name}" not in todo and f"v:{name}" not in hdf5 and id(obj) not in linked
-            }
-            if more:
+            # whose items this cell changed, a pipeline whose step it fitted, a frame
+            # stored with a link to the index this cell renamed) are stored again with
+            # them, so both names share that object after a restore too.  Then so are the
+            # values that hold one of those (a dict stored with a link to that frame): each
+            # comes back as a new object, and whatever held the old one must follow.
+            added: dict[str, object] = {}
+            asked = (group.members, group.reached)
+            while True:
+                linked = {i for i, tok in links.items() if tok in group.links}
+                more = {
+                    f"v:{name}": obj
+                    for name, obj in linker.holders(*asked).items()
+                    if f"v:{name}" not in todo and f"v:{name}" not in hdf5 and id(obj) not in linked
+                }
+                if not more:
+                    break
                 todo.update(more)
                 # A view of an array inside one of those values is stored as a view of it.
                 held_roots = [r for r in group.roots if linker.holders({codecs.data_pointer(r)})]
@@ -389,10 +396,16 @@ class Writer:
                 inline = {id(obj) for obj in more.values()}
                 links = {i: tok for i, tok in links.items() if i not in inline}
                 regrouped = self._pickle_group(todo, links, check, bases, failed)
-                if regrouped is not None:
-                    group = regrouped
-                    self.added = {slot[2:]: obj for slot, obj in more.items() if slot in todo}
-        self.members = group.members
+                if regrouped is None:
+                    break
+                # the next round asks only about what this one added
+                asked = (regrouped.members - group.members, regrouped.reached - group.reached)
+                group = regrouped
+                added.update((slot[2:], obj) for slot, obj in more.items() if slot in todo)
+            self.added = {name: obj for name, obj in added.items() if f"v:{name}" in todo}
+        # What the values hold counts the objects they link to: a later cell that changes
+        # one of those changes what these values hold (see Linker.holders).
+        self.members = group.members | group.linked
         if linker is not None:
             for tok in sorted(group.links - local):
                 self.links.update(linker.refs(tok))
