@@ -1367,3 +1367,25 @@ def test_property_different_values_give_different_digests(a: Any, b: Any) -> Non
         assert fingerprint(a) == fingerprint(b)
     else:
         assert fingerprint(a) != fingerprint(b)
+
+
+def test_padding_bytes_of_structured_values_are_not_part_of_the_key() -> None:
+    """Padding is whatever memory held; a copy or a store round trip may change it."""
+    padded = np.dtype({"names": ["p", "q"], "formats": ["<u2", "<i8"], "offsets": [0, 8]})
+    nested = np.dtype([("s", padded, (2,)), ("t", "<f4")], align=True)
+    for dt in (padded, nested):
+        value = np.zeros(4, dt)
+        raw = np.full(value.nbytes, 0xAB, np.uint8)
+        other = raw.view(dt)
+        other[:] = value  # the same fields, other padding bytes
+        assert value.tobytes() != other.tobytes()
+        assert Fingerprinter().digest(value) == Fingerprinter().digest(other)
+        assert Fingerprinter().digest(value[1]) == Fingerprinter().digest(other[1])
+        changed = other.copy()
+        changed.view(np.uint8)[: dt.itemsize] = 0x01  # fields of the first item change
+        assert Fingerprinter().digest(changed) != Fingerprinter().digest(value)
+    # the same bytes under a layout with other gaps is another value
+    packed = np.dtype([("p", "<u2"), ("q", "<i8")])
+    a = np.zeros(2, padded)
+    b = np.zeros(2, packed)
+    assert Fingerprinter().digest(a) != Fingerprinter().digest(b)

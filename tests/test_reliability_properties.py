@@ -229,8 +229,8 @@ def test_large_arrays_of_every_dtype_and_order_round_trip(
         arr = arr[:, ::2]
     back = _round_trip(store, arr)
     assert same(arr, back)
-    if not _padded(dtype):  # fingerprints hash the raw buffer, padding included
-        assert Fingerprinter().digest(back) == Fingerprinter().digest(arr)
+    # padding bytes are not part of the value, so the fingerprint leaves them out too
+    assert Fingerprinter().digest(back) == Fingerprinter().digest(arr)
     if order == "F":
         assert back.flags.f_contiguous
 

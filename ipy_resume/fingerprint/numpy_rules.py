@@ -37,6 +37,42 @@ def _dtype_token(dt: Any) -> bytes:
     return text.encode()
 
 
+# structured dtype -> the same fields without gaps, or None when it has no gaps
+_PACKED: dict[Any, Any] = {}
+_PACKED_MAX = 1_000
+
+
+def _without_padding(dt: Any) -> Any:
+    """*dt* repacked without the bytes no field covers, or None when nothing is left out.
+
+    Padding bytes are not part of a structured value: numpy leaves them as they were in
+    memory, and a copy, a pickle or an HDF5 round trip may set them to anything. Hashing
+    them would give a restored value another key than the one it was saved with.
+    """
+    if dt.fields is None and dt.subdtype is None:
+        return None
+    if dt in _PACKED:
+        return _PACKED[dt]
+    packed = _packed(dt)
+    result = None if packed == dt else packed
+    if len(_PACKED) < _PACKED_MAX:
+        _PACKED[dt] = result
+    return result
+
+
+def _packed(dt: Any) -> Any:
+    import numpy as np
+
+    if dt.subdtype is not None:
+        base, shape = dt.subdtype
+        inner = _packed(base)
+        return dt if inner == base else np.dtype((inner, shape))
+    if dt.names is None:
+        return dt
+    formats = [_packed(dt.fields[name][0]) for name in dt.names]
+    return np.dtype({"names": list(dt.names), "formats": formats})
+
+
 def _c_order_chunks(arr: Any) -> Iterator[Any]:
     """Contiguous pieces of *arr* in logical C order, each at most about 16 MB."""
     import numpy as np
@@ -106,6 +142,9 @@ def c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
     if dt.hasobject or dt.kind not in _RAW_KINDS:
         return hash128(b"ndarray-items\0" + head + fp.ordered(arr.flat))
     chunks: Iterable[Any]
+    packed = _without_padding(dt)
+    if packed is not None:  # the fields' bytes, in order (the dtype token names the layout)
+        arr = arr.astype(packed, order="C")
     if arr.flags.c_contiguous:
         order, chunks = b"C", (arr,)
     elif arr.flags.f_contiguous:
@@ -165,6 +204,11 @@ def _c_numpy_void(fp: Fingerprinter, v: Any) -> bytes:
     token = hash128(_dtype_token(v.dtype))
     if v.dtype.hasobject:
         return hash128(b"npvoid-items\0" + token + fp.digest_child(v.item()))
+    packed = _without_padding(v.dtype)
+    if packed is not None:
+        import numpy as np
+
+        v = np.asarray(v).astype(packed)
     return hash128(b"npscalar\0" + token + v.tobytes())
 
 
