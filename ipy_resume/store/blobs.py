@@ -48,6 +48,7 @@ from typing import Any, Protocol
 import numpy as np
 import xxhash
 
+from ipy_resume import pages
 from ipy_resume.store import fsio
 
 __all__ = [
@@ -459,6 +460,8 @@ class BlobStore:
                 )
             assert mm is not None
             weakref.finalize(mm, _map_released)
+            # so a fingerprint of what it holds is not hashed again while no page is written
+            pages.track(mm, path, st)
             counted = False
             return np.frombuffer(mm, dtype=np.uint8)
         finally:
