@@ -31,7 +31,6 @@ import contextlib
 import mmap
 import os
 import sys
-import tempfile
 import threading
 import weakref
 from collections.abc import Callable
@@ -225,6 +224,8 @@ def _check_usable() -> bool:
 
 
 def _self_test() -> bool:
+    import tempfile
+
     if _pagemap_fd() is None:
         return False
     try:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import functools
 import hashlib
@@ -169,7 +168,9 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _libc() -> Any:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    # Only asked on Linux, where the process's own symbols include the C library's:
+    # ctypes.util.find_library would import subprocess and run ldconfig to find it again.
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def filesystem_type(path: str | os.PathLike[str]) -> int | None:
