@@ -14,7 +14,6 @@ server all ask it; restoring (which changes a namespace and adds an event) is
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,6 +281,8 @@ def percentiles(values: Iterable[float]) -> dict[str, float]:
         return {}
     if len(data) == 1:
         return {"p50": data[0], "p95": data[0], "p99": data[0], "n": 1}
+    import statistics
+
     cuts = statistics.quantiles(data, n=100, method="inclusive")
     return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "n": len(data)}
 

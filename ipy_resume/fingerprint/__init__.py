@@ -24,7 +24,9 @@ Every digest hashes a type tag followed by a body that is injective for that tag
   its C-ordered copy (comparing them would need a transposing copy).  Object arrays recurse
   element by element.
 * pandas objects (only when pandas is already imported): labels, index and column values;
-  string columns go through one pass over their UTF-8 text plus a missing-value mask.
+  Arrow-backed columns (pandas' ``str`` dtype, ``ArrowDtype``) and pyarrow arrays are hashed
+  from their Arrow buffers, the same however they are chunked or sliced (:mod:`.arrow_rules`);
+  other string columns go through one pass over their UTF-8 text plus a missing-value mask.
 * Functions and classes from ``__main__`` (notebook code, or a module that is not imported):
   their code objects (bytecode, constants, names; not source, file names or line numbers, so
   reformatting and comments do not matter), defaults, closure cells, ``__wrapped__``, and
@@ -84,7 +86,7 @@ Extending
 ---------
 :func:`register` adds fingerprints for further types.  The built-in rules live in the
 submodules :mod:`.containers`, :mod:`.code`, :mod:`.reduce`, :mod:`.numpy_rules`,
-:mod:`.pandas_rules` and :mod:`.rules`, each a set of *handlers*
+:mod:`.pandas_rules`, :mod:`.arrow_rules` and :mod:`.rules`, each a set of *handlers*
 ``handler(fingerprinter, value) -> bytes`` added to the table in :mod:`.core` with
 :func:`~.core.add_exact` (exact types) or :func:`~.core.add_provider` (a function from a type
 to a rule, consulted in order, only while the library it requires is imported).
@@ -92,7 +94,15 @@ to a rule, consulted in order, only while the library it requires is imported).
 
 from __future__ import annotations
 
-from . import code, containers, numpy_rules, pandas_rules, reduce, rules  # noqa: F401  (rules)
+from . import (  # noqa: F401  (rules)
+    arrow_rules,
+    code,
+    containers,
+    numpy_rules,
+    pandas_rules,
+    reduce,
+    rules,
+)
 from .code import globals_read
 from .core import (
     BUDGET_ENV,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dis
 import functools
-import importlib.metadata
 import os
 import platform
 import site
@@ -140,6 +139,8 @@ def _local_source_version(module: object) -> str | None:
 def _import_names_to_distributions() -> dict[str, list[str]]:
     # scans every installed distribution: done once, and only for a module whose name is not
     # that of its distribution (sklearn, from scikit-learn)
+    import importlib.metadata  # (not at import: it costs as much as the rest of the extension)
+
     try:
         return dict(importlib.metadata.packages_distributions())
     except Exception:
@@ -147,6 +148,8 @@ def _import_names_to_distributions() -> dict[str, list[str]]:
 
 
 def _metadata_version(top: str) -> str:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version(top)
     except Exception:

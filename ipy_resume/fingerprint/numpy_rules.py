@@ -15,7 +15,7 @@ from typing import Any
 
 import xxhash
 
-from .. import modrefs
+from .. import modrefs, pages
 from .containers import c_dict, instance_state
 from .core import CALL_MEMO, Fingerprinter, Rule, add_provider
 from .primitives import NONE_DIGEST, hash128, pack_u64
@@ -132,8 +132,6 @@ def small_array_digest(arr: Any) -> bytes | None:
 
 
 def c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
-    import numpy as np
-
     small = small_array_digest(arr)
     if small is not None:
         return small
@@ -141,18 +139,25 @@ def c_ndarray(fp: Fingerprinter, arr: Any) -> bytes:
     head = hash128(_dtype_token(dt)) + pack_u64(arr.ndim) + b"".join(pack_u64(n) for n in arr.shape)
     if dt.hasobject or dt.kind not in _RAW_KINDS:
         return hash128(b"ndarray-items\0" + head + fp.ordered(arr.flat))
-    chunks: Iterable[Any]
     packed = _without_padding(dt)
     if packed is not None:  # the fields' bytes, in order (the dtype token names the layout)
         arr = arr.astype(packed, order="C")
-    if arr.flags.c_contiguous:
-        order, chunks = b"C", (arr,)
-    elif arr.flags.f_contiguous:
+    if arr.flags.c_contiguous or arr.flags.f_contiguous:
         # The transpose of an F-contiguous array is a C-contiguous view of the same memory.
-        order, chunks = b"F", (arr.T,)
-    else:
-        order, chunks = b"C", _c_order_chunks(arr)
-    hasher = xxhash.xxh3_128(b"ndarray\0" + head + order)
+        order, flat = (b"C", arr) if arr.flags.c_contiguous else (b"F", arr.T)
+        tag = b"ndarray\0" + head + order
+        if pages.active() and arr.nbytes >= pages.MEMO_MIN:
+            # A restored array mapped from the store: hashed again only if a page was written.
+            address = arr.__array_interface__["data"][0]
+            return pages.digest(address, arr.nbytes, tag, lambda: _hash_chunks(tag, (flat,)))
+        return _hash_chunks(tag, (flat,))
+    return _hash_chunks(b"ndarray\0" + head + b"C", _c_order_chunks(arr))
+
+
+def _hash_chunks(tag: bytes, chunks: Iterable[Any]) -> bytes:
+    import numpy as np
+
+    hasher = xxhash.xxh3_128(tag)
     for chunk in chunks:
         if chunk.nbytes:
             hasher.update(chunk.reshape(-1).view(np.uint8))

@@ -1,7 +1,8 @@
 """pandas: Series, DataFrames, Index and extension arrays, column by column.
 
-Consulted only while pandas is imported.  Labels, index and column values are hashed; string
-columns as one buffer of UTF-8 text plus a missing-value mask, numeric columns as buffers.
+Consulted only while pandas is imported.  Labels, index and column values are hashed; Arrow-backed
+columns (the ``str`` dtype, ``ArrowDtype``) from their Arrow buffers (:mod:`.arrow_rules`), other
+string columns as one buffer of UTF-8 text plus a missing-value mask, numeric columns as buffers.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import xxhash
 
+from .arrow_rules import arrow_digest
 from .core import CALL_MEMO, Fingerprinter, Handler, add_provider
 from .numpy_rules import c_ndarray
 from .primitives import atomic_int, hash128, pack_u64
@@ -86,6 +88,13 @@ def _pd_values(fp: Fingerprinter, values: Any) -> bytes:
             + c_ndarray(fp, np.asarray(values.codes))
         )
     token = hash128(str(dtype).encode("utf-8", "surrogatepass"))
+    pa = sys.modules.get("pyarrow")
+    chunked = getattr(values, "_pa_array", None)
+    if pa is not None and isinstance(chunked, pa.ChunkedArray):
+        # Arrow-backed (the ``str`` dtype, ArrowDtype): from the buffers, no Python objects
+        digest = arrow_digest(chunked)
+        if digest is not None:
+            return hash128(b"pd.arrow\0" + token + digest)
     asi8 = getattr(values, "asi8", None)
     if isinstance(asi8, np.ndarray):
         return hash128(b"pd.datetimelike\0" + token + c_ndarray(fp, asi8))

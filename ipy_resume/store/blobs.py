@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import functools
 import hashlib
@@ -48,6 +47,7 @@ from typing import Any, Protocol
 import numpy as np
 import xxhash
 
+from ipy_resume import pages
 from ipy_resume.store import fsio
 from ipy_resume.store.backend import LocalBackend
 
@@ -172,7 +172,9 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _libc() -> Any:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    # Only asked on Linux, where the process's own symbols include the C library's:
+    # ctypes.util.find_library would import subprocess and run ldconfig to find it again.
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def filesystem_type(path: str | os.PathLike[str]) -> int | None:
@@ -472,6 +474,8 @@ class BlobStore:
                 )
             assert mm is not None
             weakref.finalize(mm, _map_released)
+            # so a fingerprint of what it holds is not hashed again while no page is written
+            pages.track(mm, path, st)
             counted = False
             return np.frombuffer(mm, dtype=np.uint8)
         finally:
