@@ -96,3 +96,30 @@ def test_the_products_own_lines_are_removed_before_outputs_are_compared() -> Non
     assert len(ours) == 3 and all(line.startswith(PREFIX) for line in ours)
     untouched = "a warning\n\nwith a blank line\n"
     assert split_product_lines(untouched) == (untouched, [])
+
+
+def test_the_referee_compares_identity_except_of_tuples_of_atoms() -> None:
+    """Two estimators sharing a default ``estimator_params`` tuple of strings may share it or
+    hold equal copies (Python leaves that open); a shared list, or a tuple holding one, is
+    identity the referee still compares."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("probe", CORPUS / "namespace_probe.py")
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+
+    class Est:
+        def __init__(self, params: object) -> None:
+            self.params = params
+
+    names = ("criterion", "max_depth")
+    nested = (names, frozenset({1, 2.0}))
+    items, other = [1], [2]
+    holds = (other, "a")
+    ns = {"a": Est(names), "b": Est(names), "c": [nested], "d": [nested]}
+    ns.update(e=Est(items), f=Est(items), g=[holds], h=[holds])
+    aliases = probe.snapshot(ns)["aliases"]
+    assert ["e.params", "f.params"] in aliases
+    assert ["g[0]", "h[0]"] in aliases
+    assert not any(p.startswith(("a", "b", "c", "d")) for group in aliases for p in group)

@@ -247,3 +247,34 @@ def test_a_value_holding_that_frame_follows_it_too(tmp_path: Path) -> None:
     pytest.importorskip("pandas")
     expected = {"same": "True", "names": "['state', 'year']", "held": "True"}
     _same_after_a_restore(tmp_path, [SERIES, FRAME, HOLD, RENAME], HOLD_CHECKS, expected)
+
+
+# Two rows of a transposed array that no name holds (``x, y = draws.T``), small and large
+# enough for arrays of their own: one memory in the kernel, and after a restore too.
+SIBLINGS = (
+    "%%checkpoint siblings\n"
+    "import numpy as np\n"
+    "x, y = np.arange(20_000.0).reshape(10_000, 2).T\n"
+    "s, t = np.arange(20.0).reshape(10, 2).T\n"
+    "whole = np.arange(30_000.0).reshape(100, 300); rows = whole[::2]"
+)
+SIBLING_CHECKS = {
+    "base": "x.base is y.base and s.base is t.base",
+    "shares": "[bool(np.may_share_memory(a, b)) for a, b in [(x, y), (s, t), (whole, rows)]]",
+    "layout": "[x.strides, y.strides, x.shape, int(y[0]), int(t[0])]",
+    # a write through the base reaches both (evaluated last: it changes them)
+    "through": "[(a.base.reshape(-1).__setitem__(1, -5.0), float(b[0]))[1] for a, b in [(x, y), (s, t)]]"
+    " + [(rows.__setitem__((1, 0), -5.0), float(whole[2, 0]))[1]]",
+}
+
+
+def test_sibling_views_of_an_unnamed_base_come_back_as_views_of_one_base(
+    tmp_path: Path,
+) -> None:
+    expected = {
+        "base": "True",
+        "shares": "[True, True, True]",
+        "layout": "[(16,), (16,), (10000,), 1, 1]",
+        "through": "[-5.0, -5.0, -5.0]",
+    }
+    _same_after_a_restore(tmp_path, [SIBLINGS], SIBLING_CHECKS, expected)

@@ -472,6 +472,64 @@ def data_pointer(arr: np.ndarray) -> int:
     return int(arr.__array_interface__["data"][0])
 
 
+def whole_view(arr: object) -> bool:
+    """True when *arr* views all of the memory it views, contiguously: it can stand for it.
+
+    ``rng.standard_normal(n).reshape(a, b)`` owns nothing, yet is all of its memory; the
+    other views of that memory are stored as views of it.
+
+    >>> whole_view(np.arange(6.0).reshape(2, 3)), whole_view(np.arange(6.0)[1:])
+    (True, False)
+    """
+    if not isinstance(arr, np.ndarray) or type(arr) is not np.ndarray:
+        return False
+    if not isinstance(arr.base, np.ndarray) or not arr.size:
+        return False
+    root = array_root(arr)
+    return (
+        (arr.flags.c_contiguous or arr.flags.f_contiguous)
+        and arr.nbytes == root.nbytes
+        and data_pointer(arr) == data_pointer(root)
+    )
+
+
+def sibling_roots(values: Any) -> set[int]:
+    """Addresses of the memories that two or more of *values* view and none of them owns.
+
+    ``x, y = draws.T`` leaves two rows of an array no name holds: stored as arrays of their
+    own they would come back as two memories.  :func:`pickle_group` stores such a memory
+    once, and each of them as a view of it, on the same terms as views inside a group's
+    values (a writeable, contiguous memory not much larger than the views).
+
+    >>> x, y = np.zeros((10, 2)).T
+    >>> sibling_roots([x, y]) == {data_pointer(x.base)}
+    True
+    """
+    views: dict[int, tuple[np.ndarray, int, int]] = {}
+    owned: set[int] = set()
+    for value in values:
+        if type(value) is not np.ndarray or value.dtype.hasobject or not value.size:
+            continue
+        if not isinstance(value.base, np.ndarray) or whole_view(value):
+            owned.add(data_pointer(value))
+            continue
+        root = array_root(value)
+        address = data_pointer(root)
+        _, count, total = views.get(address, (root, 0, 0))
+        views[address] = (root, count + 1, total + value.nbytes)
+    return {
+        address
+        for address, (root, count, total) in views.items()
+        if count >= 2
+        and address not in owned
+        and type(root) is np.ndarray
+        and root.flags.writeable
+        and not root.dtype.hasobject
+        and (root.flags.c_contiguous or root.flags.f_contiguous)
+        and root.nbytes <= max(_ROOT_SLACK_MIN, 2 * total)
+    }
+
+
 class _GroupPickler(_Pickler):
     """The pickler of :func:`pickle_group`: references for *links*, views over known bases."""
 
@@ -681,9 +739,10 @@ def pickle_group(
     """
     by_address: dict[int, np.ndarray] = {}
     for arr in bases or ():
-        # Only arrays that own their memory: a view is matched through the memory it views.
+        # Only arrays that own their memory (or are all of it): a view is matched through the
+        # memory it views.
         if type(arr) is np.ndarray and arr.size and not arr.dtype.hasobject:
-            owns = not isinstance(arr.base, np.ndarray)
+            owns = not isinstance(arr.base, np.ndarray) or whole_view(arr)
             if owns and (arr.flags.c_contiguous or arr.flags.f_contiguous):
                 by_address.setdefault(data_pointer(arr), arr)
     first = _dump_group(values, links, check, by_address)

@@ -917,6 +917,17 @@ class Store:
         for value in values.values():
             if type(value) is np.ndarray and not isinstance(value.base, np.ndarray):
                 owners.add(codecs.data_pointer(value))
+        # A value that is all of a memory it does not own (``a.reshape(m, n)``) stands for
+        # that memory: the other views of it are stored as views of that value.
+        whole: dict[int, int] = {}  # memory address -> id of the value standing for it
+        for name in sorted(values):
+            if codecs.whole_view(value := values[name]):
+                assert isinstance(value, np.ndarray)  # (for the type checker)
+                whole.setdefault(codecs.data_pointer(value), id(value))
+        owners.update(whole)
+        # memories that several values view and no value owns (``x, y = draws.T``): the
+        # group stores each once, and those values as views of it
+        owners.update(codecs.sibling_roots(values.values()))
         hdf5: dict[str, object] = {}
         group: dict[str, object] = {}
         seen: set[int] = set()
@@ -925,7 +936,8 @@ class Store:
             shared = id(value) in seen or (
                 type(value) is np.ndarray
                 and isinstance(value.base, np.ndarray)
-                and codecs.data_pointer(codecs.array_root(value)) in owners
+                and (address := codecs.data_pointer(codecs.array_root(value))) in owners
+                and whole.get(address) != id(value)
             )
             seen.add(id(value))
             if not shared and linker is not None and type(value) is np.ndarray:
@@ -1684,10 +1696,12 @@ class Store:
                 where = ("group", ref.blob, ref.offset)
                 group = cache.get(where)
                 if group is None:  # (its members share one stream: its buffers are used once)
-                    buffers = [self._blob(m, b, cache, own=True) for b in ref.buffers]
+                    # as memoryviews, so an array over one has a base of its own dtype and
+                    # shape, as before the save, not the blob's bytes (``x.base`` of a view)
+                    views = [self._blob(m, b, cache, own=True).data for b in ref.buffers]
                     held: set[int] = set()
                     group = codecs.unpickle_group(
-                        stream, buffers, lambda tok: self._linked(m, tok, cache, linker), held
+                        stream, views, lambda tok: self._linked(m, tok, cache, linker), held
                     )
                     cache[where] = group
                     cache[("members", ref.blob, ref.offset)] = held

@@ -14,7 +14,8 @@ What it records, per user-visible name (not starting with ``_``):
   matplotlib/seaborn plot objects are left out (only their kind is recorded);
 * digests of the parts of each value down to a few levels (``grid.best_estimator_``,
   ``df['price']``), so a difference can be located;
-* identity: which paths reach one and the same object (``X`` and ``iris['data']``),
+* identity: which paths reach one and the same object (``X`` and ``iris['data']``;
+  not tuples or frozensets of numbers and strings, whose identity Python leaves open),
   which arrays share memory (a view and its base), and which names are a
   module's own object (``norm`` *is* ``scipy.stats.norm``);
 * the global RNG states of ``random`` and numpy, and library settings
@@ -87,6 +88,14 @@ def _type_name(value: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
+def only_atoms(value: Any, depth: int = 0) -> bool:
+    """True for a tuple or frozenset of numbers, strings and such (nested ones too): equal
+    ones are interchangeable, so which of them two paths reach is no identity to compare."""
+    if not isinstance(value, (tuple, frozenset)) or depth > MAX_DEPTH or len(value) > MAX_ITEMS:
+        return False
+    return all(isinstance(item, _ATOMIC) or only_atoms(item, depth + 1) for item in value)
+
+
 def plot_object(value: Any) -> bool:
     """matplotlib figures, axes, artists and containers, seaborn grids."""
     module = type(value).__module__ or ""
@@ -138,7 +147,9 @@ class Walker:
         trackable = not isinstance(value, _ATOMIC) and kind in (None, "plot")
         if self.np is not None and isinstance(value, self.np.generic):
             trackable = False
-        if trackable and depth <= ALIAS_DEPTH:
+        # A tuple of strings two estimators share (a default argument) is one object or two
+        # only to ``is``: Python lets equal immutable values be either (docs/state.md).
+        if trackable and depth <= ALIAS_DEPTH and not only_atoms(value):
             self.seen_at.setdefault(id(value), []).append(path)
         if kind is not None:
             return _sha(b"left-out", kind.encode(), _type_name(value).encode())
