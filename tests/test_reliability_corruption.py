@@ -33,7 +33,7 @@ import pytest
 import reliability_report
 
 from ipy_resume import cli
-from ipy_resume.store import Manifest, Store, StoreError, signing
+from ipy_resume.store import Manifest, Store, StoreError, codecs, signing
 
 KEY = bytes(range(32))
 POSITIONS = int(os.environ.get("IPY_RESUME_SWEEP_POSITIONS", "2000"))
@@ -175,8 +175,17 @@ def sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sweep]:
             guard(file.getvalue(), kwargs.get("buffers"))
             super().__init__(file, *args, **kwargs)
 
+    real_unpickle = codecs._unpickle
+
+    def guarded_unpickle(stream: Any, buffers: Any, *args: Any) -> Any:
+        # the codec's one entry to the unpickler (a group's own Unpickler subclass is made
+        # when the codec is imported, so patching pickle.Unpickler does not reach it)
+        guard(stream, buffers)
+        return real_unpickle(stream, buffers, *args)
+
     monkeypatch.setattr(pickle, "loads", guarded_loads)
     monkeypatch.setattr(pickle, "Unpickler", GuardedUnpickler)
+    monkeypatch.setattr(codecs, "_unpickle", guarded_unpickle)
     yield s
     assert s.unverified_calls == 0
 

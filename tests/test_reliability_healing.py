@@ -189,7 +189,10 @@ def test_manifest_and_every_blob_damaged_heals_in_exactly_one_re_execution(
     rng = random.Random(14)
     assert target.path is not None
     damaged = [target.path, *(store.blob_path(r.blob) for r in target.blob_refs())]
-    assert len(damaged) >= 4
+    # the manifest, the pickled group and the HDF5 array ('raw' and 'label' come from
+    # 'data': a string two values hold has no identity to share, so they are not stored
+    # again with 'feats')
+    assert len(damaged) >= 3
     for path in damaged:
         _damage(path, "flip", rng)
     first = matrix.run(where)  # a fresh process
