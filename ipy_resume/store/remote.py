@@ -259,31 +259,6 @@ class RemoteStore(Store):
             not stale(self.backend, obj, GC_MARKER_STALE, now) for obj in self.backend.list("gc")
         )
 
-    def _commit(
-        self,
-        m: Manifest,
-        writer: Any,
-        dirs: set[Path] | None = None,
-        quiet: bool = False,
-        encoded: bytes | None = None,
-    ) -> int:
-        # *dirs* and *quiet* serve the local store's group commit; a bucket has no folders
-        folder = self._key_dir(m.cell_id, m.key)
-        for _attempt in range(20):
-            path = folder / f"{m.id}.json"
-            data = manifest.encode(m, self.key) if encoded is None else encoded
-            writer.current = path
-            if not self.backend.put_if_absent(self._rel(path), data):
-                m.id = manifest.new_checkpoint_id()  # same id from another writer
-                encoded = None
-                continue
-            m.path = path
-            writer.current = None
-            if self._id_cache is not None:
-                self._id_cache[1].add(m.id)
-            return len(data)
-        raise SaveError(f"could not find a free checkpoint id in {self.url}", path=str(folder))
-
     def save(self, cell_id: str, key: str, values: Any, **kwargs: Any) -> Any:
         try:
             return super().save(cell_id, key, values, **kwargs)

@@ -366,7 +366,8 @@ class FsspecBackend(Backend):
         except FileNotFoundError as exc:  # a write finds no key missing: the bucket is
             raise self._no_bucket() from exc
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: bytes, *, deferred: set[str] | None = None) -> bool:
+        # a created object is durable at once: nothing is left for *deferred* and sync()
         path = self._path(key)
         tried = False
 

@@ -203,6 +203,11 @@ def _check_text(what: str, text: object) -> None:
         raise ValueError(f"{what} must be valid Unicode text, got {text!r}") from None
 
 
+def _manifest_prefix(cell_id: str, key: str) -> str:
+    """Where the manifests of (cell_id, key) are kept: ``manifests/<cell-dir>/<key>``."""
+    return f"manifests/{manifest.cell_dir(cell_id)}/{key}"
+
+
 def _check_cell_id(cell_id: str) -> None:
     _check_text("CELL_ID", cell_id)
 
@@ -947,42 +952,36 @@ class Store:
         self,
         m: Manifest,
         writer: Writer,
-        dirs: set[Path] | None = None,
+        deferred: set[str] | None = None,
         quiet: bool = False,
         encoded: bytes | None = None,
     ) -> int:
-        """Publish manifest *m*; with *dirs* its folder's fsync is left to the caller.
+        """Publish manifest *m*, the commit point: created last, with put-if-absent, so it
+        never replaces another (the blobs must be durable already).
 
-        *quiet* (a commit on the background writer): the main thread's id cache is left
-        alone, it may be reading it.  *encoded*: the file bytes of *m* as this process
-        signed them already (a staged save's); they stand until the id has to change.
+        With *deferred* (a group commit), what is left to make it durable is noted there
+        for the caller's ``backend.sync`` (see backend.py).  *quiet* (a commit on the
+        background writer): the main thread's id cache is left alone, it may be reading
+        it.  *encoded*: the bytes of *m* as this process signed them already (a staged
+        save's); they stand until the id has to change.
         """
-        folder = self._key_dir(m.cell_id, m.key)
-        writer.current = folder
-        fsio.makedirs(folder)
+        prefix = _manifest_prefix(m.cell_id, m.key)
         for _attempt in range(20):
-            path = folder / f"{m.id}.json"
+            key = f"{prefix}/{m.id}.json"
             data = manifest.encode(m, self.key) if encoded is None else encoded
-            writer.current = path
-            try:
-                with fsio.atomic_write(path, exclusive=True, dirs=dirs) as f:
-                    f.write(data)
-            except FileExistsError:  # same id from another process in the same ms
-                m.id = manifest.new_checkpoint_id()
+            writer.current = self.path_of(key)
+            # An error leaves no manifest (one published but not durable is taken back),
+            # so "nothing was committed" in the error message stays true.
+            if not self.backend.put_if_absent(key, data, deferred=deferred):
+                m.id = manifest.new_checkpoint_id()  # same id from another writer, same ms
                 encoded = None
                 continue
-            except OSError:
-                # Published but not durable (the folder fsync failed): take it back, so
-                # "nothing was committed" in the error message stays true.
-                self._withdraw(Path(path), data)
-                raise
-            m.path = path
-            writer.current = None
-            self._remember(path, data)
+            m.path, writer.current = writer.current, None
+            self._remember(m.path, data)
             if not quiet:
                 self._note_id(m.id)
             return len(data)
-        raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
+        raise OSError(errno.EEXIST, "could not find a free checkpoint id", prefix)
 
     def publish_recovered(self, m: Manifest, data: bytes) -> None:
         """Publish *m*, verified from *data*, whose blobs are durable (a dead writer's save).
@@ -990,12 +989,10 @@ class Store:
         Raises :class:`FileExistsError` when it is published already (another process
         finished the same commit first).  See :mod:`ipy_resume.store.pending`.
         """
-        folder = self._key_dir(m.cell_id, m.key)
-        fsio.makedirs(folder)
-        path = folder / f"{m.id}.json"
-        with fsio.atomic_write(path, exclusive=True) as f:
-            f.write(data)
-        m.path = path
+        key = f"{_manifest_prefix(m.cell_id, m.key)}/{m.id}.json"
+        if not self.backend.put_if_absent(key, data):
+            raise FileExistsError(errno.EEXIST, "published already", key)
+        m.path = self.path_of(key)
 
     def _settle_pending(self) -> None:
         """Before reading: finish the staged saves of kernels that died (see pending.py).
@@ -1092,17 +1089,6 @@ class Store:
             self._sweep(m)
             raise
 
-    @staticmethod
-    def _withdraw(path: Path, data: bytes) -> None:
-        try:
-            if path.read_bytes() != data:
-                return  # not ours
-        except OSError:
-            return
-        # if it cannot be removed it is a sound checkpoint, merely not known to be durable
-        with contextlib.suppress(OSError):
-            fsio.remove(path)
-
     def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
         code = errno.errorcode.get(exc.errno or 0, "")
         reason = exc.strerror or str(exc) or type(exc).__name__
@@ -1175,6 +1161,8 @@ class Store:
 
     def _remember(self, path: PurePath, data: bytes) -> None:
         """Note manifest bytes this process just signed and published at *path*."""
+        if not self.backend.local_files:
+            return  # (the cache of a file's identity: see _read)
         name = os.fspath(path)
         try:
             st = os.stat(name)
