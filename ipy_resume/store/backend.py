@@ -36,6 +36,10 @@ never a path the store computes:
 ``atomic_rename``  ``move`` is a rename (else a copy plus a delete)
 =================  ======================================================================
 
+``keys(prefix, depth)`` lists keys without what ``list`` reads per key (a local folder
+is read with ``os.listdir``, no ``stat`` per file); ``listed(key)`` is a key as that
+listing saw it, where it carries an entity tag (a bucket's manifest cache).
+
 ``prepare()`` readies a new store's place before its first write (makes the folder,
 or checks that the bucket exists).
 
@@ -182,6 +186,21 @@ class Backend(abc.ABC):
         """Before a new store's first write: make its folder, or check that the bucket exists
         (raising a one-line error when it does not)."""
 
+    def keys(self, prefix: str, depth: int) -> builtins.list[str]:
+        """The keys exactly *depth* levels below *prefix*, in key order (``depth=1``: the
+        keys right under it), without a size or time where listing would read one per key.
+
+        >>> backend.keys("manifests", 3)  # doctest: +SKIP
+        ['manifests/train/3f2a/0190ab.json']
+        """
+        level = prefix.count("/") + depth
+        return [o.key for o in self.list(prefix) if o.key.count("/") == level]
+
+    def listed(self, key: str) -> ObjectInfo | None:
+        """*key* as the last :meth:`keys` saw it, where a listing carries what stands for
+        an object's bytes (an entity tag): the manifest cache of a bucket.  None here."""
+        return None
+
     # -- generic operations, written once on the primitives -------------------------------
 
     def names(self, prefix: str) -> builtins.list[str]:
@@ -239,6 +258,25 @@ class LocalBackend(Backend):
             return sorted(os.listdir(self.local_path(prefix) if prefix else self.root))
         except (FileNotFoundError, NotADirectoryError):
             return []
+
+    def keys(self, prefix: str, depth: int) -> builtins.list[str]:
+        # folder by folder, each in name order, and no stat per file
+        found: builtins.list[str] = []
+
+        def walk(key: str, folder: str, level: int) -> None:
+            try:
+                names = sorted(os.listdir(folder))
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            for name in names:
+                if level == depth:
+                    if not fsio.is_temp_name(name):
+                        found.append(f"{key}/{name}")
+                else:
+                    walk(f"{key}/{name}", os.path.join(folder, name), level + 1)
+
+        walk(prefix, os.fspath(self.local_path(prefix)), 1)
+        return found
 
     def leftovers(self) -> Iterator[ObjectInfo]:
         for here, _dirs, names in os.walk(self.root):

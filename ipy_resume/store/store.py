@@ -1021,7 +1021,7 @@ class Store:
     def _note_recovered(self, ids: list[str]) -> None:
         """Timeline events for the saves finished on behalf of a dead kernel."""
         wanted = set(ids)
-        paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] in wanted]
+        paths = [p for p in self._manifest_paths() if p.name[:-5] in wanted]
         recovered = list(self._verified(paths))
         try:
             journal = self.journal()
@@ -1047,7 +1047,7 @@ class Store:
         if not new.complete:
             return  # keep the evidence until a complete checkpoint replaces it
         retire: list[PurePath] = []
-        for path in self._json_files(self._key_dir(new.cell_id, new.key)):
+        for path in self._manifest_paths(_manifest_prefix(new.cell_id, new.key)):
             if path == new.path:
                 continue
             try:
@@ -1176,29 +1176,31 @@ class Store:
             _ident(st), hashlib.sha256(data).digest(), None, False
         )
 
-    @staticmethod
-    def _json_files(folder: PurePath) -> list[PurePath]:
-        top = os.fspath(folder)
-        try:
-            names = os.listdir(top)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        kind = type(folder)
+    def _manifest_paths(self, prefix: str = "manifests") -> list[PurePath]:
+        """The manifests under *prefix* (``manifests``, a cell's or a key's folder), as the
+        ``path`` a manifest read from them carries (see :meth:`path_of`), in key order."""
+        # manifests/<cell-dir>/<key>/<id>.json, whatever level the listing starts at
+        depth = 3 - prefix.count("/")
+        keys = [k for k in self.backend.keys(prefix, depth) if k.endswith(".json")]
+        if not self.backend.local_files:
+            return [PurePosixPath(k) for k in keys]
+        top, kind = os.fspath(self.root), type(self.root)
         # joined as text: a pathlib join per file costs more than the listing
-        return [
-            kind(os.path.join(top, n))
-            for n in names
-            if n.endswith(".json") and not fsio.is_temp_name(n)
-        ]
+        return [kind(os.path.join(top, k)) for k in keys]
 
     def _key_files(self, cell_id: str, key: str) -> list[PurePath]:
-        """The manifest files of (cell_id, key), listed again only when the folder changed.
+        """The manifest files of (cell_id, key); in a folder, listed again only when the
+        folder changed.
 
         The folder's identity (as for manifests, with the same margin) stands for its
         entries; a listing that missed a new file could only give an older checkpoint of
-        the same key, and a file removed since is skipped when it cannot be read.
+        the same key, and a file removed since is skipped when it cannot be read.  A
+        bucket's key is listed every time.
         """
-        name = os.path.join(os.fspath(self.root), "manifests", manifest.cell_dir(cell_id), key)
+        prefix = _manifest_prefix(cell_id, key)
+        if not self.backend.local_files:
+            return self._manifest_paths(prefix)
+        name = os.path.join(os.fspath(self.root), prefix)
         try:
             st = os.stat(name)
         except OSError:
@@ -1207,7 +1209,7 @@ class Store:
         known = _listed.get(name)
         if known is not None and known[2] and known[0] == ident:
             return list(known[1])
-        files = self._json_files(type(self.root)(name))
+        files = self._manifest_paths(prefix)
         if len(_listed) >= _READ_CACHE_MAX:
             _listed.clear()
         _listed[name] = (ident, tuple(files), _settled(st))
@@ -1287,22 +1289,6 @@ class Store:
             except (FileNotFoundError, StoreError):
                 continue
 
-    def _manifest_paths(self, cell_dirs: Iterable[PurePath]) -> Iterator[PurePath]:
-        for cdir in cell_dirs:
-            try:
-                keys = sorted(os.listdir(cdir))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for k in keys:
-                yield from self._json_files(cdir / k)
-
-    def _all_cell_dirs(self) -> list[PurePath]:
-        base = self.root / "manifests"
-        try:
-            return [base / n for n in sorted(os.listdir(base))]
-        except FileNotFoundError:
-            return []
-
     def scan(self) -> Iterator[Listed]:
         """Every manifest file of the store, read once: its manifest, or why it is unusable.
 
@@ -1313,7 +1299,7 @@ class Store:
         >>> [entry.rel for entry in Store("s").scan() if entry.error]  # doctest: +SKIP
         ['manifests/train/3f2a/0190ab.json']
         """
-        for path in self._manifest_paths(self._all_cell_dirs()):
+        for path in self._manifest_paths():
             rel = self._rel(path)
             try:
                 data = self.backend.get(rel)
@@ -1372,10 +1358,9 @@ class Store:
         _check_cell_id(cell_id)
         background.barrier(self.root, cell_id=cell_id, callbacks=False)
         self._settle_pending()
-        cdir = self.root / "manifests" / manifest.cell_dir(cell_id)
         found = [
             m
-            for m in self._verified(self._manifest_paths([cdir]))
+            for m in self._verified(self._manifest_paths(f"manifests/{manifest.cell_dir(cell_id)}"))
             if self._misfiled(m, cell_id, None) is None
         ]
         return sorted(found, key=manifest.order_key)
@@ -1384,13 +1369,13 @@ class Store:
         """Every verified checkpoint whose id is not in *ids* (the others are not read)."""
         background.barrier(self.root, callbacks=False)
         self._settle_pending()
-        paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] not in ids]
+        paths = [p for p in self._manifest_paths() if p.name[:-5] not in ids]
         return sorted(self._verified(paths), key=manifest.order_key)
 
     def ids(self) -> set[str]:
         """Every checkpoint id the store holds, from file names alone (nothing is read)."""
         out: set[str] = set()
-        for path in self._manifest_paths(self._all_cell_dirs()):
+        for path in self._manifest_paths():
             stem = path.name[: -len(".json")]
             if manifest.valid_id(stem):
                 out.add(stem)
@@ -1448,7 +1433,7 @@ class Store:
         """Every verified checkpoint of the store, oldest first."""
         background.barrier(self.root, callbacks=False)
         self._settle_pending()
-        found = list(self._verified(self._manifest_paths(self._all_cell_dirs())))
+        found = list(self._verified(self._manifest_paths()))
         return sorted(found, key=manifest.order_key)
 
     # -- loading -------------------------------------------------------------
@@ -1740,7 +1725,7 @@ class Store:
         if not self.exists():
             return 0
         with self.backend.lock(exclusive=False, timeout=self.lock_timeout, purpose="trust"):
-            for path in self._manifest_paths(self._all_cell_dirs()):
+            for path in self._manifest_paths():
                 rel = self._rel(path)
                 try:
                     data = self.backend.get(rel)
