@@ -8,7 +8,8 @@ and a handful of primitives:
 ``get``            the bytes of a key, or of a byte range of it
 ``read_into``      fill a caller's buffer (large blobs, no extra copy where possible)
 ``put``            write a key whole (atomically: a reader sees old or new, never a mix)
-``put_if_absent``  create a key only if it does not exist; exactly one racer wins
+``put_if_absent``  create a key only if it does not exist; exactly one racer wins (the
+                   commit point of a checkpoint: its manifest)
 ``list``           every key under a prefix, with its size and modification time
 ``delete``         remove a key (a missing key is fine)
 ``stat``           size and modification time of one key, or None
@@ -35,8 +36,18 @@ never a path the store computes:
 ``atomic_rename``  ``move`` is a rename (else a copy plus a delete)
 =================  ======================================================================
 
+``keys(prefix, depth)`` lists keys without what ``list`` reads per key (a local folder
+is read with ``os.listdir``, no ``stat`` per file); ``listed(key)`` is a key as that
+listing saw it, where it carries an entity tag (a bucket's manifest cache).
+
 ``prepare()`` readies a new store's place before its first write (makes the folder,
 or checks that the bucket exists).
+
+A group commit (the background writer publishing several manifests at once) passes
+``put_if_absent(..., deferred=keys)``: the key is created, what is left to make it
+durable (a folder's fsync) is noted in *keys*, and ``sync(keys)`` finishes it for all
+of them at once, once per folder.  A backend whose puts are durable when they return
+(an object store) has nothing to defer; its ``sync`` does nothing.
 
 :class:`LocalBackend` is a folder, written through :mod:`.fsio` (temp file, fsync,
 ``os.replace``/``os.link``, folder fsync), so it keeps every guarantee the local store
@@ -122,8 +133,19 @@ class Backend(abc.ABC):
         """Write *key* as the concatenation of *chunks* (buffers), replacing it atomically."""
 
     @abc.abstractmethod
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create *key* with *data* unless it exists; True when this call created it."""
+    def put_if_absent(self, key: str, data: bytes, *, deferred: set[str] | None = None) -> bool:
+        """Create *key* with *data* unless it exists; True when this call created it.
+
+        Durable when it returns, unless *deferred* is given: then *key* is added to it and
+        is durable only after :meth:`sync` of that set.  An error means this call left no
+        *key* behind (one it created but could not make durable is taken back).
+        """
+
+    def sync(self, deferred: Iterable[str]) -> None:  # noqa: B027 - optional hook
+        """Make the keys created with ``put_if_absent(..., deferred=...)`` durable.
+
+        Raises OSError when that fails; the caller then takes them back (``delete``).
+        """
 
     @abc.abstractmethod
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -163,6 +185,21 @@ class Backend(abc.ABC):
     def prepare(self) -> None:  # noqa: B027 - optional hook
         """Before a new store's first write: make its folder, or check that the bucket exists
         (raising a one-line error when it does not)."""
+
+    def keys(self, prefix: str, depth: int) -> builtins.list[str]:
+        """The keys exactly *depth* levels below *prefix*, in key order (``depth=1``: the
+        keys right under it), without a size or time where listing would read one per key.
+
+        >>> backend.keys("manifests", 3)  # doctest: +SKIP
+        ['manifests/train/3f2a/0190ab.json']
+        """
+        level = prefix.count("/") + depth
+        return [o.key for o in self.list(prefix) if o.key.count("/") == level]
+
+    def listed(self, key: str) -> ObjectInfo | None:
+        """*key* as the last :meth:`keys` saw it, where a listing carries what stands for
+        an object's bytes (an entity tag): the manifest cache of a bucket.  None here."""
+        return None
 
     # -- generic operations, written once on the primitives -------------------------------
 
@@ -222,6 +259,25 @@ class LocalBackend(Backend):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def keys(self, prefix: str, depth: int) -> builtins.list[str]:
+        # folder by folder, each in name order, and no stat per file
+        found: builtins.list[str] = []
+
+        def walk(key: str, folder: str, level: int) -> None:
+            try:
+                names = sorted(os.listdir(folder))
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            for name in names:
+                if level == depth:
+                    if not fsio.is_temp_name(name):
+                        found.append(f"{key}/{name}")
+                else:
+                    walk(f"{key}/{name}", os.path.join(folder, name), level + 1)
+
+        walk(prefix, os.fspath(self.local_path(prefix)), 1)
+        return found
+
     def leftovers(self) -> Iterator[ObjectInfo]:
         for here, _dirs, names in os.walk(self.root):
             for name in names:
@@ -269,15 +325,29 @@ class LocalBackend(Backend):
             for chunk in chunks:
                 f.write(chunk)
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: bytes, *, deferred: set[str] | None = None) -> bool:
         path = self.local_path(key)
         fsio.makedirs(path.parent)
+        later: set[Path] = set()  # the folder fsync: now, or at sync()
         try:
-            with fsio.atomic_write(path, exclusive=True) as f:
+            with fsio.atomic_write(path, exclusive=True, dirs=later) as f:
                 f.write(data)
         except FileExistsError:
             return False
+        if deferred is not None:
+            deferred.add(key)
+            return True
+        try:
+            for folder in later:
+                fsio.fsync_dir(folder)
+        except OSError:
+            _withdraw(path, data)
+            raise
         return True
+
+    def sync(self, deferred: Iterable[str]) -> None:
+        for folder in sorted({self.local_path(key).parent for key in deferred}):
+            fsio.fsync_dir(folder)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         top = self.root / prefix if prefix else self.root
@@ -307,6 +377,19 @@ class LocalBackend(Backend):
         target = self.local_path(dst)
         fsio.makedirs(target.parent)
         fsio.move(self.local_path(src), target)
+
+
+def _withdraw(path: Path, data: bytes) -> None:
+    """Take back a file just published but not known durable (its folder fsync failed), so
+    that an error still means "nothing was created"; another writer's file stays."""
+    try:
+        if path.read_bytes() != data:
+            return  # not ours
+    except OSError:
+        return
+    # if it cannot be removed it is sound, merely not known to be durable
+    with contextlib.suppress(OSError):
+        fsio.remove(path)
 
 
 def _is_empty(folder: str) -> bool:

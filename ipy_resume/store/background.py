@@ -242,18 +242,19 @@ def _commit(jobs: list[Job]) -> None:
                     job.error = job.snapshot.error(exc)
                     _finish(job)
                 return
-            manifest_dirs: set[Path] = set()
+            # the manifests' folder fsyncs, once per folder for the whole group, all
+            # before any of its saves is reported durable
+            deferred: set[str] = set()
             published: list[Job] = []
             for job in live:
                 try:
-                    job.snapshot.publish(manifest_dirs, background=True)
+                    job.snapshot.publish(deferred, background=True)
                     published.append(job)
                 except Exception as exc:
                     job.error = job.snapshot.error(exc)
                     _finish(job)
             try:
-                for folder in sorted(manifest_dirs):
-                    fsio.fsync_dir(folder)
+                store.backend.sync(deferred)
             except OSError as exc:
                 # published but not known durable: take them back, so "nothing was
                 # committed" in the message stays true

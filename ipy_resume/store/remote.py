@@ -218,7 +218,6 @@ class RemoteStore(Store):
         super().__init__(Path("/"), key=key, backend=remote)  # root is never a folder here
         self.root = PurePosixPath(".")  # type: ignore[assignment]
         self.blobs = RemoteBlobs(self.backend, BlobCache() if cache is None else cache)  # type: ignore[assignment]
-        self._listed: dict[str, ObjectInfo] = {}  # key -> as last listed
         self._read_meta: dict[str, ObjectInfo] = {}  # key -> as listed when last read
 
     def __repr__(self) -> str:
@@ -259,31 +258,6 @@ class RemoteStore(Store):
             not stale(self.backend, obj, GC_MARKER_STALE, now) for obj in self.backend.list("gc")
         )
 
-    def _commit(
-        self,
-        m: Manifest,
-        writer: Any,
-        dirs: set[Path] | None = None,
-        quiet: bool = False,
-        encoded: bytes | None = None,
-    ) -> int:
-        # *dirs* and *quiet* serve the local store's group commit; a bucket has no folders
-        folder = self._key_dir(m.cell_id, m.key)
-        for _attempt in range(20):
-            path = folder / f"{m.id}.json"
-            data = manifest.encode(m, self.key) if encoded is None else encoded
-            writer.current = path
-            if not self.backend.put_if_absent(self._rel(path), data):
-                m.id = manifest.new_checkpoint_id()  # same id from another writer
-                encoded = None
-                continue
-            m.path = path
-            writer.current = None
-            if self._id_cache is not None:
-                self._id_cache[1].add(m.id)
-            return len(data)
-        raise SaveError(f"could not find a free checkpoint id in {self.url}", path=str(folder))
-
     def save(self, cell_id: str, key: str, values: Any, **kwargs: Any) -> Any:
         try:
             return super().save(cell_id, key, values, **kwargs)
@@ -314,7 +288,7 @@ class RemoteStore(Store):
         # docs/guarantees.md).  A backend that lists no entity tag gives no such identity:
         # the manifest is fetched every time, and only verified again when its bytes differ.
         rel = self._rel(path)
-        listed = self._listed.get(rel)
+        listed = self.backend.listed(rel)
         known = self._read_cache.get(path)
         if (
             quick
@@ -338,34 +312,7 @@ class RemoteStore(Store):
         return m
 
     def _listing(self, prefix: str) -> list[ObjectInfo]:
-        found = list(self.backend.list(prefix))
-        for obj in found:
-            self._listed[obj.key] = obj
-        return found
-
-    def _key_files(self, cell_id: str, key: str) -> list[PurePath]:
-        return self._json_files(self._key_dir(cell_id, key))  # a fresh listing each time
-
-    def _json_files(self, folder: PurePath) -> list[PurePath]:  # type: ignore[override]
-        top = self._rel(folder)
-        depth = top.count("/") + 1
-        return [
-            PurePosixPath(o.key)
-            for o in self._listing(top)
-            if o.key.endswith(".json") and o.key.count("/") == depth
-        ]
-
-    def _all_cell_dirs(self) -> list[PurePath]:
-        return [PurePosixPath("manifests")]
-
-    def _manifest_paths(self, cell_dirs: Iterable[PurePath]) -> Iterator[PurePath]:
-        for top in cell_dirs:
-            rel = self._rel(top)
-            # manifests/<cell-dir>/<key>/<id>.json, whatever level the listing starts at
-            for obj in self._listing(rel):
-                parts = obj.key.split("/")
-                if len(parts) == 4 and parts[0] == "manifests" and obj.key.endswith(".json"):
-                    yield PurePosixPath(obj.key)
+        return list(self.backend.list(prefix))
 
     # -- maintenance -----------------------------------------------------------------------
 

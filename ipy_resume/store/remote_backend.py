@@ -23,6 +23,7 @@ Credentials and the endpoint come from the standard AWS chain, so ``AWS_ENDPOINT
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -181,6 +182,9 @@ def transient(exc: BaseException) -> bool:
     return bool(_names(exc) & _NETWORK)
 
 
+_LISTED_MAX = 50_000  # keys remembered as listed (a bound on memory, not on correctness)
+
+
 class FsspecBackend(Backend):
     """An object store reached through fsspec (``s3fs`` for ``s3://``).
 
@@ -215,6 +219,7 @@ class FsspecBackend(Backend):
         self.multipart = hasattr(self.fs, "call_s3")
         self.retries = 0  # transient failures retried (reliability figures)
         self.requests = 0  # calls made to the server (costs; parts and ranges count one each)
+        self._listed: dict[str, ObjectInfo] = {}  # key -> as keys() last listed it
         self._count = threading.Lock()
 
     # -- naming and errors ---------------------------------------------------------------
@@ -366,7 +371,8 @@ class FsspecBackend(Backend):
         except FileNotFoundError as exc:  # a write finds no key missing: the bucket is
             raise self._no_bucket() from exc
 
-    def put_if_absent(self, key: str, data: bytes) -> bool:
+    def put_if_absent(self, key: str, data: bytes, *, deferred: set[str] | None = None) -> bool:
+        # a created object is durable at once: nothing is left for *deferred* and sync()
         path = self._path(key)
         tried = False
 
@@ -390,6 +396,18 @@ class FsspecBackend(Backend):
             return bytes(self.fs.cat_file(path)) == data
         except FileNotFoundError:
             return False
+
+    def keys(self, prefix: str, depth: int) -> builtins.list[str]:
+        level = prefix.count("/") + depth
+        found = [o for o in self.list(prefix) if o.key.count("/") == level]
+        if len(self._listed) >= _LISTED_MAX:
+            self._listed.clear()
+        for obj in found:
+            self._listed[obj.key] = obj
+        return [o.key for o in found]
+
+    def listed(self, key: str) -> ObjectInfo | None:
+        return self._listed.get(key)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         top = self.prefix + ("/" + prefix.strip("/") if prefix else "")

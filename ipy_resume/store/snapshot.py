@@ -308,14 +308,18 @@ class Snapshot:
                     os.utime(store.blobs.path(ref.blob))
         self.manifest.bytes_written = writer.bytes_written
 
-    def publish(self, dirs: set[Path] | None = None, background: bool = False) -> int:
-        """Publish the manifest (the blobs must be durable); returns its size in bytes."""
+    def publish(self, deferred: set[str] | None = None, background: bool = False) -> int:
+        """Publish the manifest (the blobs must be durable); returns its size in bytes.
+
+        With *deferred* (a group commit), its key is added there for the caller to make
+        durable with ``store.backend.sync`` before the save is reported.
+        """
         m, encoded = self.manifest, self.encoded
         same = encoded is not None and encoded[:2] == (m.id, m.bytes_written)
         self.manifest_bytes = self.store._commit(
             m,
             self.writer,
-            dirs=dirs,
+            deferred=deferred,
             quiet=background,
             encoded=encoded[2] if same and encoded is not None else None,
         )
@@ -328,7 +332,7 @@ class Snapshot:
         path = self.manifest.path
         if path is not None:
             with contextlib.suppress(OSError):
-                fsio.remove(path)
+                self.store.backend.delete(self.store._rel(path))
 
     def commit(self) -> SaveResult:
         """Write and publish now, in this thread: :meth:`Store.save`'s protocol.

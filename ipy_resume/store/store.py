@@ -203,6 +203,11 @@ def _check_text(what: str, text: object) -> None:
         raise ValueError(f"{what} must be valid Unicode text, got {text!r}") from None
 
 
+def _manifest_prefix(cell_id: str, key: str) -> str:
+    """Where the manifests of (cell_id, key) are kept: ``manifests/<cell-dir>/<key>``."""
+    return f"manifests/{manifest.cell_dir(cell_id)}/{key}"
+
+
 def _check_cell_id(cell_id: str) -> None:
     _check_text("CELL_ID", cell_id)
 
@@ -959,42 +964,36 @@ class Store:
         self,
         m: Manifest,
         writer: Writer,
-        dirs: set[Path] | None = None,
+        deferred: set[str] | None = None,
         quiet: bool = False,
         encoded: bytes | None = None,
     ) -> int:
-        """Publish manifest *m*; with *dirs* its folder's fsync is left to the caller.
+        """Publish manifest *m*, the commit point: created last, with put-if-absent, so it
+        never replaces another (the blobs must be durable already).
 
-        *quiet* (a commit on the background writer): the main thread's id cache is left
-        alone, it may be reading it.  *encoded*: the file bytes of *m* as this process
-        signed them already (a staged save's); they stand until the id has to change.
+        With *deferred* (a group commit), what is left to make it durable is noted there
+        for the caller's ``backend.sync`` (see backend.py).  *quiet* (a commit on the
+        background writer): the main thread's id cache is left alone, it may be reading
+        it.  *encoded*: the bytes of *m* as this process signed them already (a staged
+        save's); they stand until the id has to change.
         """
-        folder = self._key_dir(m.cell_id, m.key)
-        writer.current = folder
-        fsio.makedirs(folder)
+        prefix = _manifest_prefix(m.cell_id, m.key)
         for _attempt in range(20):
-            path = folder / f"{m.id}.json"
+            key = f"{prefix}/{m.id}.json"
             data = manifest.encode(m, self.key) if encoded is None else encoded
-            writer.current = path
-            try:
-                with fsio.atomic_write(path, exclusive=True, dirs=dirs) as f:
-                    f.write(data)
-            except FileExistsError:  # same id from another process in the same ms
-                m.id = manifest.new_checkpoint_id()
+            writer.current = self.path_of(key)
+            # An error leaves no manifest (one published but not durable is taken back),
+            # so "nothing was committed" in the error message stays true.
+            if not self.backend.put_if_absent(key, data, deferred=deferred):
+                m.id = manifest.new_checkpoint_id()  # same id from another writer, same ms
                 encoded = None
                 continue
-            except OSError:
-                # Published but not durable (the folder fsync failed): take it back, so
-                # "nothing was committed" in the error message stays true.
-                self._withdraw(Path(path), data)
-                raise
-            m.path = path
-            writer.current = None
-            self._remember(path, data)
+            m.path, writer.current = writer.current, None
+            self._remember(m.path, data)
             if not quiet:
                 self._note_id(m.id)
             return len(data)
-        raise OSError(errno.EEXIST, "could not find a free checkpoint id", str(folder))
+        raise OSError(errno.EEXIST, "could not find a free checkpoint id", prefix)
 
     def publish_recovered(self, m: Manifest, data: bytes) -> None:
         """Publish *m*, verified from *data*, whose blobs are durable (a dead writer's save).
@@ -1002,12 +1001,10 @@ class Store:
         Raises :class:`FileExistsError` when it is published already (another process
         finished the same commit first).  See :mod:`ipy_resume.store.pending`.
         """
-        folder = self._key_dir(m.cell_id, m.key)
-        fsio.makedirs(folder)
-        path = folder / f"{m.id}.json"
-        with fsio.atomic_write(path, exclusive=True) as f:
-            f.write(data)
-        m.path = path
+        key = f"{_manifest_prefix(m.cell_id, m.key)}/{m.id}.json"
+        if not self.backend.put_if_absent(key, data):
+            raise FileExistsError(errno.EEXIST, "published already", key)
+        m.path = self.path_of(key)
 
     def _settle_pending(self) -> None:
         """Before reading: finish the staged saves of kernels that died (see pending.py).
@@ -1036,7 +1033,7 @@ class Store:
     def _note_recovered(self, ids: list[str]) -> None:
         """Timeline events for the saves finished on behalf of a dead kernel."""
         wanted = set(ids)
-        paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] in wanted]
+        paths = [p for p in self._manifest_paths() if p.name[:-5] in wanted]
         recovered = list(self._verified(paths))
         try:
             journal = self.journal()
@@ -1062,7 +1059,7 @@ class Store:
         if not new.complete:
             return  # keep the evidence until a complete checkpoint replaces it
         retire: list[PurePath] = []
-        for path in self._json_files(self._key_dir(new.cell_id, new.key)):
+        for path in self._manifest_paths(_manifest_prefix(new.cell_id, new.key)):
             if path == new.path:
                 continue
             try:
@@ -1103,17 +1100,6 @@ class Store:
         except CorruptBlob:
             self._sweep(m)
             raise
-
-    @staticmethod
-    def _withdraw(path: Path, data: bytes) -> None:
-        try:
-            if path.read_bytes() != data:
-                return  # not ours
-        except OSError:
-            return
-        # if it cannot be removed it is a sound checkpoint, merely not known to be durable
-        with contextlib.suppress(OSError):
-            fsio.remove(path)
 
     def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
         code = errno.errorcode.get(exc.errno or 0, "")
@@ -1187,6 +1173,8 @@ class Store:
 
     def _remember(self, path: PurePath, data: bytes) -> None:
         """Note manifest bytes this process just signed and published at *path*."""
+        if not self.backend.local_files:
+            return  # (the cache of a file's identity: see _read)
         name = os.fspath(path)
         try:
             st = os.stat(name)
@@ -1200,29 +1188,31 @@ class Store:
             _ident(st), hashlib.sha256(data).digest(), None, False
         )
 
-    @staticmethod
-    def _json_files(folder: PurePath) -> list[PurePath]:
-        top = os.fspath(folder)
-        try:
-            names = os.listdir(top)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        kind = type(folder)
+    def _manifest_paths(self, prefix: str = "manifests") -> list[PurePath]:
+        """The manifests under *prefix* (``manifests``, a cell's or a key's folder), as the
+        ``path`` a manifest read from them carries (see :meth:`path_of`), in key order."""
+        # manifests/<cell-dir>/<key>/<id>.json, whatever level the listing starts at
+        depth = 3 - prefix.count("/")
+        keys = [k for k in self.backend.keys(prefix, depth) if k.endswith(".json")]
+        if not self.backend.local_files:
+            return [PurePosixPath(k) for k in keys]
+        top, kind = os.fspath(self.root), type(self.root)
         # joined as text: a pathlib join per file costs more than the listing
-        return [
-            kind(os.path.join(top, n))
-            for n in names
-            if n.endswith(".json") and not fsio.is_temp_name(n)
-        ]
+        return [kind(os.path.join(top, k)) for k in keys]
 
     def _key_files(self, cell_id: str, key: str) -> list[PurePath]:
-        """The manifest files of (cell_id, key), listed again only when the folder changed.
+        """The manifest files of (cell_id, key); in a folder, listed again only when the
+        folder changed.
 
         The folder's identity (as for manifests, with the same margin) stands for its
         entries; a listing that missed a new file could only give an older checkpoint of
-        the same key, and a file removed since is skipped when it cannot be read.
+        the same key, and a file removed since is skipped when it cannot be read.  A
+        bucket's key is listed every time.
         """
-        name = os.path.join(os.fspath(self.root), "manifests", manifest.cell_dir(cell_id), key)
+        prefix = _manifest_prefix(cell_id, key)
+        if not self.backend.local_files:
+            return self._manifest_paths(prefix)
+        name = os.path.join(os.fspath(self.root), prefix)
         try:
             st = os.stat(name)
         except OSError:
@@ -1231,7 +1221,7 @@ class Store:
         known = _listed.get(name)
         if known is not None and known[2] and known[0] == ident:
             return list(known[1])
-        files = self._json_files(type(self.root)(name))
+        files = self._manifest_paths(prefix)
         if len(_listed) >= _READ_CACHE_MAX:
             _listed.clear()
         _listed[name] = (ident, tuple(files), _settled(st))
@@ -1311,22 +1301,6 @@ class Store:
             except (FileNotFoundError, StoreError):
                 continue
 
-    def _manifest_paths(self, cell_dirs: Iterable[PurePath]) -> Iterator[PurePath]:
-        for cdir in cell_dirs:
-            try:
-                keys = sorted(os.listdir(cdir))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for k in keys:
-                yield from self._json_files(cdir / k)
-
-    def _all_cell_dirs(self) -> list[PurePath]:
-        base = self.root / "manifests"
-        try:
-            return [base / n for n in sorted(os.listdir(base))]
-        except FileNotFoundError:
-            return []
-
     def scan(self) -> Iterator[Listed]:
         """Every manifest file of the store, read once: its manifest, or why it is unusable.
 
@@ -1337,7 +1311,7 @@ class Store:
         >>> [entry.rel for entry in Store("s").scan() if entry.error]  # doctest: +SKIP
         ['manifests/train/3f2a/0190ab.json']
         """
-        for path in self._manifest_paths(self._all_cell_dirs()):
+        for path in self._manifest_paths():
             rel = self._rel(path)
             try:
                 data = self.backend.get(rel)
@@ -1396,10 +1370,9 @@ class Store:
         _check_cell_id(cell_id)
         background.barrier(self.root, cell_id=cell_id, callbacks=False)
         self._settle_pending()
-        cdir = self.root / "manifests" / manifest.cell_dir(cell_id)
         found = [
             m
-            for m in self._verified(self._manifest_paths([cdir]))
+            for m in self._verified(self._manifest_paths(f"manifests/{manifest.cell_dir(cell_id)}"))
             if self._misfiled(m, cell_id, None) is None
         ]
         return sorted(found, key=manifest.order_key)
@@ -1408,13 +1381,13 @@ class Store:
         """Every verified checkpoint whose id is not in *ids* (the others are not read)."""
         background.barrier(self.root, callbacks=False)
         self._settle_pending()
-        paths = [p for p in self._manifest_paths(self._all_cell_dirs()) if p.name[:-5] not in ids]
+        paths = [p for p in self._manifest_paths() if p.name[:-5] not in ids]
         return sorted(self._verified(paths), key=manifest.order_key)
 
     def ids(self) -> set[str]:
         """Every checkpoint id the store holds, from file names alone (nothing is read)."""
         out: set[str] = set()
-        for path in self._manifest_paths(self._all_cell_dirs()):
+        for path in self._manifest_paths():
             stem = path.name[: -len(".json")]
             if manifest.valid_id(stem):
                 out.add(stem)
@@ -1472,7 +1445,7 @@ class Store:
         """Every verified checkpoint of the store, oldest first."""
         background.barrier(self.root, callbacks=False)
         self._settle_pending()
-        found = list(self._verified(self._manifest_paths(self._all_cell_dirs())))
+        found = list(self._verified(self._manifest_paths()))
         return sorted(found, key=manifest.order_key)
 
     # -- loading -------------------------------------------------------------
@@ -1766,7 +1739,7 @@ class Store:
         if not self.exists():
             return 0
         with self.backend.lock(exclusive=False, timeout=self.lock_timeout, purpose="trust"):
-            for path in self._manifest_paths(self._all_cell_dirs()):
+            for path in self._manifest_paths():
                 rel = self._rel(path)
                 try:
                     data = self.backend.get(rel)
