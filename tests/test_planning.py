@@ -100,13 +100,14 @@ def test_a_plan_of_50_cells_is_quick(tmp_path: Path) -> None:
     write_notebook(tmp_path / "nb.ipynb", cells)
     run_process(tmp_path, cells, {})
     probe = (
-        "import time\nt0 = time.perf_counter()\n"
+        "import time\nt0 = time.process_time()\n"
         "get_ipython().run_line_magic('checkpoint', 'plan nb.ipynb')\n"
-        "took = time.perf_counter() - t0"
+        "took = time.process_time() - t0"
     )
     started = time.perf_counter()
     report = run_process(tmp_path, [probe], {"took": "took"})
     assert time.perf_counter() - started < 120
     assert "Run All would restore 50 of 50" in report["cells"][0]["stdout"]
-    # measured, not a benchmark: the target is 100 ms; only an order of magnitude here
+    # measured, not a benchmark: the target is 100 ms; only an order of magnitude here, and
+    # in CPU time, which other work on a loaded machine does not stretch as it does wall time
     assert float(report["eval"]["took"]) < 2.0
