@@ -17,7 +17,7 @@ import ast
 import builtins
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -43,34 +43,53 @@ class CellAnalysis:
     outputs: frozenset[str]
     deleted: frozenset[str]
     normalized: str
+    # Builtin names the cell reads before binding them (``max``, ``sum``): inputs only
+    # when the namespace binds them, which shadows the builtin (``max = [1, 2, 3]``).
+    builtins: frozenset[str] = frozenset()
+    # ``from m import *``: it binds names no reading of the code can list.
+    star_import: bool = False
+
+    def reads(self, *bound: Container[str]) -> set[str]:
+        """The globals the cell reads, given the names *bound* in its namespace (any of them).
+
+        >>> sorted(analyze("y = max(x)").reads({"x"})), sorted(analyze("y = max(x)").reads({"max"}))
+        (['x'], ['max', 'x'])
+        """
+        shadowed = {name for name in self.builtins if any(name in names for names in bound)}
+        return set(self.inputs) | shadowed
 
 
 # IPython puts these in the user namespace or in builtins; their values are either
 # session bookkeeping or unknowable statically, so they never make a cell stale.
-_IGNORED_NAMES = frozenset(dir(builtins)) | {
-    "__builtins__",
-    "__name__",
-    "__file__",
-    "__doc__",
-    "__class__",
-    "__IPYTHON__",
-    "_",
-    "__",
-    "___",
-    "_i",
-    "_ii",
-    "_iii",
-    "_oh",
-    "_ih",
-    "_dh",
-    "In",
-    "Out",
-    "get_ipython",
-    "display",
-    "exit",
-    "quit",
-}
+_IGNORED_NAMES = frozenset(
+    {
+        "__builtins__",
+        "__name__",
+        "__file__",
+        "__doc__",
+        "__class__",
+        "__IPYTHON__",
+        "_",
+        "__",
+        "___",
+        "_i",
+        "_ii",
+        "_iii",
+        "_oh",
+        "_ih",
+        "_dh",
+        "In",
+        "Out",
+        "get_ipython",
+        "display",
+        "exit",
+        "quit",
+    }
+)
 _HISTORY_NAME = re.compile(r"_i?\d+")
+# The builtins: a read of one is an input only when the namespace shadows it (see
+# CellAnalysis.builtins); the value of the builtin itself never makes a cell stale.
+_BUILTIN_NAMES = frozenset(dir(builtins)) - _IGNORED_NAMES
 
 # Names a class body binds implicitly before its first statement runs.
 _CLASS_IMPLICIT = frozenset({"__module__", "__qualname__"})
@@ -81,6 +100,15 @@ _StoreMode = Literal["bind", "maybe", "handler"]
 
 def _ignored(name: str) -> bool:
     return name in _IGNORED_NAMES or _HISTORY_NAME.fullmatch(name) is not None
+
+
+def is_bookkeeping(name: str) -> bool:
+    """Whether *name* is one IPython binds for its own use (``_``, ``_i3``, ``Out``).
+
+    >>> is_bookkeeping("_i3"), is_bookkeeping("Out"), is_bookkeeping("out")
+    (True, True, False)
+    """
+    return _ignored(name)
 
 
 @dataclass
@@ -282,6 +310,8 @@ class _Analyzer(ast.NodeVisitor):
         self._recorders: list[set[_Event]] = []
         self._pending: set[str] = set()
         self.inputs: set[str] = set()
+        self.builtins: set[str] = set()
+        self.star_import = False
         self.ever_bound: set[str] = set()
         self.ever_deleted: set[str] = set()
         # Globals that function bodies may bind or delete whenever they are called.
@@ -346,13 +376,15 @@ class _Analyzer(ast.NodeVisitor):
         if self._function_depth:
             self._pending.add(name)
         elif name not in self._module_flow.touched and not _ignored(name):
-            self.inputs.add(name)
+            (self.builtins if name in _BUILTIN_NAMES else self.inputs).add(name)
 
     def _flush(self) -> None:
         if self._function_depth or self._class_depth:
             return
         touched = self._module_flow.touched
-        self.inputs.update(n for n in self._pending if n not in touched and not _ignored(n))
+        for name in self._pending:
+            if name not in touched and not _ignored(name):
+                (self.builtins if name in _BUILTIN_NAMES else self.inputs).add(name)
         self._pending.clear()
 
     def _load(self, name: str) -> None:
@@ -639,6 +671,8 @@ class _Analyzer(ast.NodeVisitor):
             # reads of them are reported as inputs, which is merely conservative.
             if alias.name != "*":
                 self._store(_import_binding(alias))
+            else:
+                self.star_import = True
 
     def visit_Assert(self, node: ast.Assert) -> None:
         self.visit(node.test)
@@ -799,7 +833,14 @@ def _analyze_cached(source: str) -> CellAnalysis:
         raise AnalysisError("line 1: code is too deeply nested to analyse") from exc
     inputs, outputs, deleted = analyzer.result()
     normalized = ast.dump(tree, annotate_fields=True, include_attributes=False)
-    return CellAnalysis(inputs, outputs, deleted, normalized)
+    return CellAnalysis(
+        inputs,
+        outputs,
+        deleted,
+        normalized,
+        frozenset(analyzer.builtins),
+        analyzer.star_import,
+    )
 
 
 def analyze(source: str) -> CellAnalysis:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import file_deps, restoring, rng, settings
-from .analysis import AnalysisError, CellAnalysis, analyze
+from .analysis import AnalysisError, CellAnalysis, analyze, is_bookkeeping
 from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
 from .sharing import fingerprints_of, shared_objects
@@ -176,6 +176,8 @@ class _Ran:
     rng_state: dict[str, Any]
     files_read: dict[str, list[dict[str, Any]]]
     files_written: list[str]
+    # ``from m import *`` binds names the code does not list: what each name held before
+    starred: dict[str, Any] | None = None
 
 
 @dataclass
@@ -451,7 +453,7 @@ class Engine:
             "python": f"{sys.version_info.major}.{sys.version_info.minor}",
             "format": FORMAT_VERSION,
         }
-        names = (set(analysis.inputs) | set(opts.inputs)) - set(opts.ignore)
+        names = (analysis.reads(namespace, known or ()) | set(opts.inputs)) - set(opts.ignore)
         fingerprinter = Fingerprinter()
         digests: dict[str, bytes] = {}
         for name in sorted(names):
@@ -664,7 +666,9 @@ class Engine:
         shared.note(saved.manifest, values, namespace, saved.members)
         failed = {**saved.failed, **content.missing_files}
         if failed:
-            what = "; ".join(f"'{name}' ({reason})" for name, reason in sorted(failed.items()))
+            what = "; ".join(
+                f"{_stored_as(name)} ({reason})" for name, reason in sorted(failed.items())
+            )
             host.message(
                 f"{PREFIX}checkpoint {opts.shown} is incomplete: could not store {what}. "
                 "The values are still in the kernel; this cell will execute again next time."
@@ -724,6 +728,10 @@ class Engine:
         __tracebackhide__ = True
         assert plan.key is not None
         before = set(namespace)
+        assert plan.analysis is not None
+        starred = None
+        if plan.analysis.star_import:
+            starred = dict(namespace)  # (holding the values: no address is reused meanwhile)
         settings_before = settings.snapshot()
         reached = _reached_state(namespace, plan)
         self._seed(plan)
@@ -753,6 +761,7 @@ class Engine:
             files_written=[
                 path for path in (recorder.outputs() if recorder else []) if path not in opts.files
             ],
+            starred=starred,
         )
 
     def _content(
@@ -766,7 +775,7 @@ class Engine:
         assert plan.analysis is not None
         result = ran.result
         names, deleted, mutated, after = self._outputs(
-            namespace, plan, opts, ran.before, ran.reached
+            namespace, plan, opts, ran.before, ran.reached, ran.starred
         )
         values = {name: namespace[name] for name in names}
         extras: dict[str, Any] = {"outputs": result.record, "rng": ran.rng_state}
@@ -891,9 +900,13 @@ class Engine:
         opts: CheckpointOptions,
         before: set[str],
         reached: dict[str, bytes],
+        starred: dict[str, Any] | None = None,
     ) -> tuple[list[str], list[str], list[str], dict[str, bytes]]:
         """Names to store, names the cell removed, inputs it changed in place, and the
         fingerprints of those inputs after the run.
+
+        *starred* (a cell with ``from m import *``): what each name held before the run;
+        the names bound anew are stored too, since the code does not say which they are.
 
         *reached* are the fingerprints, before the run, of the globals the cell's notebook
         functions reach: those changed (a generator a function advanced) are stored too.
@@ -914,6 +927,12 @@ class Engine:
                 mutated.append(name)
                 after[name] = now
         bound = set(plan.analysis.outputs) | set(mutated)
+        if starred is not None:
+            bound.update(
+                name
+                for name, value in namespace.items()
+                if (name not in starred or starred[name] is not value) and not is_bookkeeping(name)
+            )
         if opts.outputs is not None:
             bound = set(opts.outputs)
         # A file closed by ``with open(...) as fh`` is spent: storing it could only fail and
@@ -1111,6 +1130,29 @@ def _value(result: RunResult) -> Any:
 
 def _is_closed_file(value: Any) -> bool:
     return isinstance(value, io.IOBase) and value.closed
+
+
+_EXTRAS_SAID = {
+    "result": "the cell's result (its Out value)",
+    "shown": "the cell's displayed result",
+    "outputs": "the cell's output",
+    "rng": "the random generators' state",
+    "settings": "the library settings it changed",
+    "files": "the files it wrote",
+}
+
+
+def _stored_as(slot: str) -> str:
+    """What a slot of a save is, in the user's words: ``'x'``, ``file 'a.csv'``, ...
+
+    >>> _stored_as("x"), _stored_as("extra:result"), _stored_as("file:out.csv")
+    ("'x'", "the cell's result (its Out value)", "file 'out.csv'")
+    """
+    if slot.startswith("extra:"):
+        return _EXTRAS_SAID.get(slot[6:], f"its {slot[6:]}")
+    if slot.startswith("file:"):
+        return f"file '{slot[5:]}'"
+    return f"'{slot}'"
 
 
 def _seconds(value: float) -> str:

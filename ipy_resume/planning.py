@@ -124,7 +124,8 @@ def plan_run_all(
         opts = cell.options
         row = PlannedCell(cell.position, label, opts.cell_id, "execute")
         plan.cells.append(row)
-        inputs = (set(analysis.inputs) | set(opts.inputs)) - set(opts.ignore)
+        inputs = analysis.reads(namespace, known, pending, unknown)
+        inputs = (inputs | set(opts.inputs)) - set(opts.ignore)
         waiting = sorted(n for n in inputs if n in pending)
         unsure = sorted(n for n in inputs if n in unknown)
         restored_from = None

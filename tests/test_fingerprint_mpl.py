@@ -354,3 +354,28 @@ def test_canvas_and_renderer_are_not_state() -> None:
         import threading
 
         fingerprint([fig, threading.Lock()])
+
+
+@pytest.mark.parametrize("projection", [None, "3d"])
+def test_contours_are_fingerprinted_by_their_lines_not_their_generator(
+    projection: str | None,
+) -> None:
+    # A contour set keeps the C object that computed it, which cannot be pickled
+    # (PDSH 04.12's `ax.contour3D(...)`, then `ax.view_init(...)` in a later cell).
+    grid = np.linspace(-6, 6, 30)
+    x, y = np.meshgrid(grid, grid)
+    z = np.sin(np.hypot(x, y))
+    fig = plt.figure()
+    ax = fig.add_subplot(projection=projection)
+    lines = ax.contour(x, y, z, 12)
+    assert lines._contour_generator is not None  # what the rule leaves out is there
+    before = fingerprint(ax)
+    assert pickle.loads(pickle.dumps(lines))._contour_generator is None  # as pickled
+    if projection == "3d":
+        ax.view_init(60, 35)
+    else:
+        ax.set_xlim(-3, 3)
+    assert fingerprint(ax) != before
+    other = fig.add_subplot(projection=projection).contour(x, y, z * 2, 12)
+    assert fingerprint(other) != fingerprint(lines)
+    plt.close(fig)

@@ -278,3 +278,32 @@ def test_sibling_views_of_an_unnamed_base_come_back_as_views_of_one_base(
         "through": "[-5.0, -5.0, -5.0]",
     }
     _same_after_a_restore(tmp_path, [SIBLINGS], SIBLING_CHECKS, expected)
+
+
+# `features = iris.data.T` (PDSH 04.02): the name holds all of the memory of an array that
+# lives inside another value, which goes to the pickled group while `features` is stored
+# as an array of its own.
+STOOD_FOR = (
+    "%%checkpoint transposed\n"
+    "import numpy as np\n"
+    "class Bunch(dict):\n"
+    "    pass\n"
+    "iris = Bunch(data=np.arange(600.0).reshape(150, 4).copy())  # owns its memory\n"
+    "features = iris['data'].T"
+)
+STOOD_FOR_CHECKS = {
+    "shares": "bool(np.shares_memory(features, iris['data']))",
+    "layout": "[features.shape, features.strides, iris['data'].shape, iris['data'].strides]",
+    "through": "(features.__setitem__((1, 0), -5.0), float(iris['data'][0, 1]))[1]",
+}
+
+
+def test_an_array_inside_a_value_and_a_name_standing_for_its_memory_stay_shared(
+    tmp_path: Path,
+) -> None:
+    expected = {
+        "shares": "True",
+        "layout": "[(4, 150), (8, 32), (150, 4), (32, 8)]",
+        "through": "-5.0",
+    }
+    _same_after_a_restore(tmp_path, [STOOD_FOR], STOOD_FOR_CHECKS, expected)

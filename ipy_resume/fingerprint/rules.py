@@ -60,6 +60,8 @@ matplotlib (consulted only while matplotlib is imported)
       colours, sizes and data (``_facecolors``, ``_edgecolors``, ``_mapped_colors``,
       ``_transforms``, ``_face_is_mapped``, ``_edge_is_mapped``); a colormap's lookup table
       (``_lut``, ``_isinit``), filled on first use;
+    * a contour set's ``_contour_generator``, the C object that computed its lines (unused
+      once they are made; matplotlib's own pickling drops it too, and it cannot be pickled);
     * ``CallbackRegistry`` objects (connected callbacks, counters) count as their type only;
       a renderer too; a canvas as its type and its figure;
     * ``Figure.canvas``, ``number`` (pyplot's counter, which grows each time a cell makes a
@@ -192,6 +194,7 @@ _MPL_SKIP: dict[str, frozenset[str]] = {
     ),
     "text.Annotation": frozenset({"_transform", "arrow_patch"}),
     "colors.Colormap": frozenset({"_lut", "_isinit"}),
+    "contour.ContourSet": frozenset({"_contour_generator"}),
     "axis.Axis": frozenset({"majorTicks", "minorTicks", "callbacks"}),
     "axes._base._AxesBase": frozenset({"callbacks"}),
     "figure.FigureBase": frozenset(

@@ -584,6 +584,14 @@ class _GroupPickler(_Pickler):
                     _, count, total = self.view_roots.get(address, (root, 0, 0))
                     self.view_roots[address] = (root, count + 1, total + obj.nbytes)
             elif obj.flags.writeable and (obj.flags.c_contiguous or obj.flags.f_contiguous):
+                # An owner whose memory another value stands for (``features = iris.data.T``
+                # stored as an array of its own, ``iris`` here) is written as a view of that
+                # value, so the two share their memory after a restore as they did before.
+                base = self.bases.get(data_pointer(obj))
+                if base is not None and base is not obj and base.nbytes == obj.nbytes:
+                    args = _view_args(obj, base)
+                    if args is not None:
+                        return (view_of, (base, *args, dtype_to_json(obj.dtype)))
                 self.owners.setdefault(data_pointer(obj), obj)
         else:
             where = modrefs.lookup(obj)

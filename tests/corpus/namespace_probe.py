@@ -89,11 +89,23 @@ def _type_name(value: Any) -> str:
 
 
 def only_atoms(value: Any, depth: int = 0) -> bool:
-    """True for a tuple or frozenset of numbers, strings and such (nested ones too): equal
-    ones are interchangeable, so which of them two paths reach is no identity to compare."""
+    """True for a tuple or frozenset of numbers, strings and such (nested ones too), or of
+    objects a restore brings back as themselves (a library's classes and functions, stored
+    by reference: ``numpy.ScalarType``): equal ones are interchangeable, so which of them
+    two paths reach is no identity to compare."""
     if not isinstance(value, (tuple, frozenset)) or depth > MAX_DEPTH or len(value) > MAX_ITEMS:
         return False
-    return all(isinstance(item, _ATOMIC) or only_atoms(item, depth + 1) for item in value)
+    return all(
+        isinstance(item, _ATOMIC) or _by_reference(item) or only_atoms(item, depth + 1)
+        for item in value
+    )
+
+
+def _by_reference(item: Any) -> bool:
+    if isinstance(item, types.ModuleType):
+        return True
+    by_name = (type, types.FunctionType, types.BuiltinFunctionType)
+    return isinstance(item, by_name) and getattr(item, "__module__", "__main__") != "__main__"
 
 
 def plot_object(value: Any) -> bool:
