@@ -56,12 +56,17 @@ def register(shell: InteractiveShell) -> None:
     def apply_backend(backend: str) -> None:
         if _backend() == backend:
             return
-        if "inline" in backend:
-            shell.run_line_magic("matplotlib", "inline")
-        else:
+        # As the cell did: ``%matplotlib NAME`` switches through pyplot and sets up the
+        # shell's hooks; ``matplotlib.use`` would also turn off rcParams' backend_fallback,
+        # a difference every later cell's key would see.
+        try:
+            shell.run_line_magic("matplotlib", "inline" if "inline" in backend else backend)
+        except Exception:  # a name the magic does not know: matplotlib's own switch
             import matplotlib
 
+            fallback = dict.get(matplotlib.rcParams, "backend_fallback")
             matplotlib.use(backend)
+            matplotlib.rcParams["backend_fallback"] = fallback
 
     def apply_config(diff: Mapping[str, Any]) -> None:
         for name, value in diff.get("set", {}).items():

@@ -124,3 +124,24 @@ def test_importing_a_library_records_only_what_the_cell_set(
     (manifest,) = store.history("frame")
     recorded = store.load_extras(manifest, names=["settings"])["settings"]
     assert recorded["pandas.options"] == {"set": {"display.max_rows": 7}, "unset": []}
+
+
+def test_a_restored_backend_switch_leaves_rcparams_as_the_magic_did(tmp_path: Path) -> None:
+    # `%matplotlib notebook` switches through pyplot; re-doing it with matplotlib.use set
+    # rcParams' backend_fallback to False, so every later drawing cell missed after a
+    # restart (Whirlwind Tour of Python, notebook 15).
+    from kernel_utils import Kernel, kernel_env
+
+    probe = "import matplotlib as m; print(m.rcParams['backend_fallback'], m.get_backend())"
+    cells = ["%matplotlib notebook", "import matplotlib.pyplot as plt\nplt.style.use('ggplot')"]
+    seen = []
+    for _ in range(2):
+        with Kernel(tmp_path, kernel_env(tmp_path)) as k:
+            k.run("%load_ext ipy_resume")
+            statuses = [k.run(f"%%checkpoint b{i}\n{c}").stderr for i, c in enumerate(cells)]
+            seen.append((statuses, k.run(probe).stdout.strip()))
+    (first, before), (second, after) = seen
+    assert all("executed" in s for s in first), first
+    assert all("restored" in s for s in second), second
+    assert before == after, (before, after)
+    assert after.startswith("True ")
