@@ -233,6 +233,10 @@ class Backend(abc.ABC):
         """The file of *key* (with :attr:`local_files` only)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no local files")
 
+    def local_paths(self, keys: Iterable[str]) -> builtins.list[Path]:
+        """:meth:`local_path` of each of *keys* (keys a listing of this backend gave)."""
+        return [self.local_path(k) for k in keys]
+
     def temp_key(self, key: str) -> str:
         """A new key for a temporary file beside *key* (with :attr:`local_files` only)."""
         raise NotImplementedError(f"{type(self).__name__} stages nothing")
@@ -352,6 +356,12 @@ class LocalBackend(Backend):
 
     def has_prefix(self, prefix: str) -> bool:
         return os.path.isdir(self._name(prefix))
+
+    def local_paths(self, keys: Iterable[str]) -> builtins.list[Path]:
+        # joined as text (keys of this backend's own listing): a pathlib join per file
+        # costs more than the listing
+        top = self.url
+        return [Path(os.path.join(top, k)) for k in keys]
 
     def temp_key(self, key: str) -> str:
         """A new key for a temporary file beside *key* (what a staged save writes first;

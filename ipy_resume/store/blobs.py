@@ -367,7 +367,7 @@ class BlobStore:
                 self.touch(address)
             return 0
         path = self.path(address)
-        fsio.makedirs(path.parent)
+        self.backend.make_parents(self.key(address))
         with fsio.atomic_write(path, dirs=dirs) as f:
             for chunk in chunks:
                 f.write(chunk)

@@ -140,7 +140,6 @@ class Journal:
         # a store's backend (local_files), or the folder of one
         self.backend = root if isinstance(root, Backend) else LocalBackend(root)
         self.path = self.backend.local_path(JOURNAL_FILE)
-        self.root = self.path.parent
         # the store's verified manifests except those of the ids given: what a lost or
         # damaged journal is rebuilt from, and what fills rows a damaged WAL dropped
         self.source = source

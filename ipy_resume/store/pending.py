@@ -225,8 +225,7 @@ def write_record(path: Path, data: bytes) -> Path:
     >>> write_record(record_path(store.root, m.id), record_bytes(...))  # doctest: +SKIP
     PosixPath('.../pending/0190ab3f2a9c.json')
     """
-    fsio.makedirs(path.parent)
-    temp = fsio.stage(path, [data])
+    temp = fsio.stage(path, [data])  # (its folder is made with the save's, see Snapshot.stage)
     st = os.stat(temp)
     os.replace(temp, path)
     with _mine_lock:
@@ -386,10 +385,8 @@ def stage_blob(path: PurePath, chunks: list[Any], size: int, temp: Path | None =
     """Write one blob's bytes to a temporary file beside *path* (no fsync); returns it.
 
     *temp* is the temporary file's name when the caller chose it (see
-    :func:`fsio.temp_name`); the folder must exist then.
+    :meth:`LocalBackend.temp_key`); the folder must exist (``backend.make_parents``).
     """
-    if temp is None:
-        fsio.makedirs(Path(path).parent)
     temp = fsio.stage(path, chunks, temp=temp)
     actual = os.stat(temp).st_size
     if actual != size:

@@ -572,7 +572,7 @@ class Store:
         >>> Store.created_at(Path("/nonexistent"))
         False
         """
-        return (root / info.FILE).exists() or Store.has_checkpoints_at(root)
+        return LocalBackend(root).exists(info.FILE) or Store.has_checkpoints_at(root)
 
     @staticmethod
     def has_checkpoints_at(root: Path) -> bool:
@@ -581,7 +581,7 @@ class Store:
         >>> Store.has_checkpoints_at(Path("/nonexistent"))
         False
         """
-        return (root / "manifests").is_dir()
+        return LocalBackend(root).has_prefix("manifests")
 
     # -- store.json ----------------------------------------------------------
 
@@ -657,15 +657,7 @@ class Store:
         if name.startswith(self._origin):  # (as text: this is on the path of every hit)
             rel = name[len(self._origin) :]
             return rel if os.sep == "/" else rel.replace(os.sep, "/")
-        try:
-            return Path(path).relative_to(self.root).as_posix()
-        except ValueError:
-            return os.fspath(path)
-
-    def _key_dir(self, cell_id: str, key: str) -> PurePath:
-        return type(self.root)(
-            os.path.join(os.fspath(self.root), "manifests", manifest.cell_dir(cell_id), key)
-        )
+        return name  # a bucket's key already (or a file outside the store)
 
     def healing(self, cell_id: str, key: str) -> bool:
         """True when the next save of (cell_id, key) replaces a checkpoint that failed to
@@ -1198,9 +1190,7 @@ class Store:
         keys = [k for k in self.backend.keys(prefix, depth) if k.endswith(".json")]
         if not self.backend.local_files:
             return [PurePosixPath(k) for k in keys]
-        top, kind = os.fspath(self.root), type(self.root)
-        # joined as text: a pathlib join per file costs more than the listing
-        return [kind(os.path.join(top, k)) for k in keys]
+        return list(self.backend.local_paths(keys))
 
     def _key_files(self, cell_id: str, key: str) -> list[PurePath]:
         """The manifest files of (cell_id, key); in a folder, listed again only when the
@@ -1347,7 +1337,7 @@ class Store:
         >>> store.misfiled(m, m.path)  # doctest: +SKIP
         False
         """
-        return path.parent != self._key_dir(m.cell_id, m.key)
+        return self._rel(path).rpartition("/")[0] != _manifest_prefix(m.cell_id, m.key)
 
     def relative(self, path: PurePath | str | None) -> str:
         """*path* as messages name it: relative to the store (``manifests/…``) when inside.
