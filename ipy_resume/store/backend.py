@@ -168,6 +168,13 @@ class Backend(abc.ABC):
     url: str = ""
     """Where the backend points, for messages (never with credentials)."""
 
+    @property
+    def origin(self) -> str:
+        """What a key is prefixed with to name it in messages and in a process-wide cache:
+        ``url`` and a slash (a folder's: the folder and its separator, so that prefix and
+        key spell the key's file)."""
+        return self.url.rstrip("/") + "/"
+
     @abc.abstractmethod
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         """The bytes of *key* (``[start, end)`` when given); FileNotFoundError if missing."""
@@ -333,6 +340,10 @@ class LocalBackend(Backend):
         if not key or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"bad key {key!r}")
         return self.root.joinpath(*parts)
+
+    @property
+    def origin(self) -> str:
+        return self._top
 
     def _name(self, key: str) -> str:
         # local_path's check, as text: on the path of every hit, a pathlib join costs more

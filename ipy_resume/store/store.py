@@ -521,12 +521,7 @@ class Store:
         # store contents are addressed by key through this; see backend.py for the
         # capabilities (flock, local files) the local store builds on
         self.backend: Backend = LocalBackend(self.root) if backend is None else backend
-        # what a key is prefixed with to name it in this process (its file, or its URL)
-        self._origin = (
-            os.path.join(self.backend.url, "")
-            if self.backend.local_files
-            else self.backend.url.rstrip("/") + "/"
-        )
+        self._origin = self.backend.origin  # (a key's file, or its URL, is origin + key)
         self.key = signing.load_or_create_key() if key is None else bytes(key)
         local = self.backend if isinstance(self.backend, LocalBackend) else LocalBackend(self.root)
         self.blobs = BlobStore(local)  # (a bucket's store puts its own in its place)
@@ -1143,10 +1138,12 @@ class Store:
             m = known.manifest if known.manifest is not None else self._own(data, path, rel)
         else:
             m = manifest.decode(data, self.key, rel=rel, store=str(self.location), path=path)
-        if seen is not None:
-            if len(_verified) >= _READ_CACHE_MAX:
-                _verified.clear()
-            _verified[slot] = _Verified(seen[0], digest, m, seen[1])
+        if len(_verified) >= _READ_CACHE_MAX:
+            _verified.clear()
+        # (no identity: never settled, so the bytes are read every time, and verified
+        # again only when they differ)
+        ident, settled = (None, False) if seen is None else seen
+        _verified[slot] = _Verified(ident, digest, m, settled)
         return m
 
     @staticmethod
@@ -1173,13 +1170,12 @@ class Store:
             seen = self.backend.identity(rel)
         except OSError:
             return
-        if seen is None:
-            return  # (a bucket's new object has no listed identity yet: read next time)
         if len(_verified) >= _READ_CACHE_MAX:
             _verified.clear()
-        # not settled: the first read compares the bytes once
+        # not settled: the first read compares the bytes once (a bucket's new object has
+        # no listed identity yet)
         _verified[(self._origin + rel, self._trust())] = _Verified(
-            seen[0], hashlib.sha256(data).digest(), None, False
+            None if seen is None else seen[0], hashlib.sha256(data).digest(), None, False
         )
 
     def _manifest_paths(self, prefix: str = "manifests") -> list[PurePath]:
