@@ -19,8 +19,8 @@ Generic operations (``exists``, ``copy``, ``move``, ``names``: one level of a pr
 are written once on top of the primitives.
 
 The :class:`~ipy_resume.store.store.Store`, ``verify`` (:mod:`.audit`), ``gc``
-(:mod:`.retention`) and ``trust`` address what a store holds by these keys through
-``store.backend``.  What only a local folder can do is a *capability* of the backend,
+(:mod:`.retention`), ``trust``, staged saves (:mod:`.pending`) and the journal address
+what a store holds by these keys through ``store.backend``.  What only a local folder can do is a *capability* of the backend,
 never a path the store computes:
 
 =================  ======================================================================

@@ -27,7 +27,14 @@ store's own guarantees here:
   deletes no blob while a live one exists.  With the strong read-after-write
   consistency of S3, at least one of them sees the other, so gc never deletes a blob
   a concurrent save found and decided to reuse.  Leases of dead processes (same host)
-  or older than the grace period are stale and ignored.
+  or older than the grace period are stale and ignored.  The lease is the backend's
+  shared ``lock`` (:func:`.leases.hold`), which ``Store.save`` takes on every backend.
+
+Everything else is :class:`Store`'s own code on the backend's keys and capabilities
+(backend.py): finding, reading and verifying manifests (the listing's entity tags for
+the manifest cache), saving, verify, trust, and the timeline (one object per event,
+:mod:`.remote_journal`, because the backend has no ``local_files``).  Only ``gc``
+differs: its side of the lease protocol (:mod:`.remote_maintenance`).
 """
 
 from __future__ import annotations
