@@ -301,10 +301,8 @@ def recover(store: Store) -> Recovered:
     backend = store.backend
     if not backend.local_files:
         return done
-    for name in backend.names(FOLDER):
-        if not name.endswith(".json"):
-            continue
-        path = backend.local_path(f"{FOLDER}/{name}")
+    keys = [f"{FOLDER}/{name}" for name in backend.names(FOLDER) if name.endswith(".json")]
+    for path in backend.local_paths(keys):  # (joined as text: this runs before every read)
         if _is_mine(os.fspath(path)):
             continue  # this process's own save, still on its way: a live writer's
         doc = _load(path)
