@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ipy_resume.store import ManifestError, Store, StoreError, Untrusted, manifest
+from ipy_resume.store import backend as backend_module
 from ipy_resume.store import store as store_module
 
 KEY = bytes(range(100, 132))
@@ -28,22 +29,23 @@ def _fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The manifest files the store reads (an observing wrapper)."""
+    """The manifest files the store reads (an observing wrapper of the folder backend's
+    one read of a file and its status)."""
     seen: list[str] = []
-    real = store_module._read_fd
+    real = backend_module._read_fd
 
     def spy(name: str) -> Any:
         seen.append(name)
         return real(name)
 
-    monkeypatch.setattr(store_module, "_read_fd", spy)
+    monkeypatch.setattr(backend_module, "_read_fd", spy)
     return seen
 
 
 def _settle(monkeypatch: pytest.MonkeyPatch) -> None:
     """Treat files as settled at once (the margin has its own tests)."""
-    monkeypatch.setattr(store_module, "_RACY_NS", 0)
-    monkeypatch.setattr(store_module, "_RACY_FINE_NS", 0)
+    monkeypatch.setattr(backend_module, "_RACY_NS", 0)
+    monkeypatch.setattr(backend_module, "_RACY_FINE_NS", 0)
 
 
 def _next_tick() -> None:
@@ -79,7 +81,7 @@ def test_a_settled_manifest_is_not_read_again(
 def test_a_fresh_manifest_is_compared_until_it_settles(
     tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "_RACY_FINE_NS", 10_000_000_000)  # a slow test machine
+    monkeypatch.setattr(backend_module, "_RACY_FINE_NS", 10_000_000_000)  # a slow test machine
     store = Store(tmp_path / "st", key=KEY)
     saved = store.save("c", "k1", {"x": 1}).manifest
     for _ in range(3):
@@ -92,7 +94,7 @@ def test_a_rewrite_in_place_within_one_tick_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # no settling and no sleep: the tamper may share the file's mtime and ctime exactly
-    monkeypatch.setattr(store_module, "_RACY_FINE_NS", 10_000_000_000)  # a slow test machine
+    monkeypatch.setattr(backend_module, "_RACY_FINE_NS", 10_000_000_000)  # a slow test machine
     store = Store(tmp_path / "st", key=KEY)
     saved = store.save("c", "k1", {"x": 1}).manifest
     assert store.find("c", "k1") is not None
@@ -217,12 +219,12 @@ def test_signer_of_cached_entries_is_the_key_id(tmp_path: Path) -> None:
 def test_the_margin_follows_the_timestamps_precision() -> None:
     now = time.time_ns()
     fine = now - 150_000_000 + 123  # 0.15 s ago, with sub-millisecond digits
-    assert store_module._settled_at(fine, fine, now)
-    assert not store_module._settled_at(fine, now - 50_000_000 + 7, now)  # changed 50 ms ago
+    assert backend_module._settled_at(fine, fine, now)
+    assert not backend_module._settled_at(fine, now - 50_000_000 + 7, now)  # changed 50 ms ago
     # whole milliseconds (or seconds): perhaps a coarse filesystem, the 2 s margin applies
     whole = (now // 10**9 - 1) * 10**9
-    assert not store_module._settled_at(whole, whole, now)
-    assert store_module._settled_at(whole - 2 * 10**9, whole - 2 * 10**9, now)
+    assert not backend_module._settled_at(whole, whole, now)
+    assert backend_module._settled_at(whole - 2 * 10**9, whole - 2 * 10**9, now)
 
 
 def test_a_real_file_settles(tmp_path: Path) -> None:
@@ -232,10 +234,10 @@ def test_a_real_file_settles(tmp_path: Path) -> None:
     if not (st.st_mtime_ns % 1_000_000 and st.st_ctime_ns % 1_000_000):
         pytest.skip("this filesystem's timestamps are coarse")
     deadline = time.monotonic() + 10
-    while not store_module._settled(os.stat(path)):
+    while not backend_module._settled(os.stat(path)):
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert time.time_ns() - st.st_ctime_ns > store_module._RACY_FINE_NS
+    assert time.time_ns() - st.st_ctime_ns > backend_module._RACY_FINE_NS
 
 
 def test_a_new_checkpoint_of_a_listed_key_is_found(

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ipy_resume.store import blobs, fsio, info, journal, lock
+from ipy_resume.store.backend import Backend
 from ipy_resume.store.fsio import FormatTooNew, StoreError
 from ipy_resume.store.manifest import BlobRef, Manifest
 
@@ -103,7 +104,7 @@ def audit(store: Store) -> Audit:
     manifests = list(backend.list("manifests"))
     _check_info(store, found, gc_hint, bool(manifests))
     if backend.local_files:  # a bucket's timeline is immutable event objects, no database
-        _check_journal(store.root, found, gc_hint, bool(manifests))
+        _check_journal(backend, found, gc_hint, bool(manifests))
 
     # -- manifests
     refs: dict[str, list[Manifest]] = defaultdict(list)
@@ -184,9 +185,9 @@ def _check_info(store: Store, found: Audit, gc_hint: str, has_manifests: bool) -
         )
 
 
-def _check_journal(root: Path, found: Audit, gc_hint: str, has_manifests: bool) -> None:
+def _check_journal(backend: Backend, found: Audit, gc_hint: str, has_manifests: bool) -> None:
     """The journal opens and passes SQLite's check (a lost one is rebuilt when next opened)."""
-    trouble = journal.check(root)
+    trouble = journal.check(backend)
     if trouble is not None:
         found.problems.append(
             Problem(
@@ -197,13 +198,13 @@ def _check_journal(root: Path, found: Audit, gc_hint: str, has_manifests: bool) 
                 "journal",
             )
         )
-    elif not (root / journal.JOURNAL_FILE).exists() and has_manifests:
+    elif not backend.exists(journal.JOURNAL_FILE) and has_manifests:
         found.notes.append(
             f"there is no {journal.JOURNAL_FILE}: the timeline is rebuilt from the manifests "
             "when it is next opened"
         )
     else:
-        found.files_checked += (root / journal.JOURNAL_FILE).exists()
+        found.files_checked += backend.exists(journal.JOURNAL_FILE)
 
 
 def _check_blobs(

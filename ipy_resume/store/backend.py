@@ -19,8 +19,8 @@ Generic operations (``exists``, ``copy``, ``move``, ``names``: one level of a pr
 are written once on top of the primitives.
 
 The :class:`~ipy_resume.store.store.Store`, ``verify`` (:mod:`.audit`), ``gc``
-(:mod:`.retention`) and ``trust`` address what a store holds by these keys through
-``store.backend``.  What only a local folder can do is a *capability* of the backend,
+(:mod:`.retention`), ``trust``, staged saves (:mod:`.pending`) and the journal address
+what a store holds by these keys through ``store.backend``.  What only a local folder can do is a *capability* of the backend,
 never a path the store computes:
 
 =================  ======================================================================
@@ -35,6 +35,19 @@ never a path the store computes:
                    writes left; ``prune(prefixes)``: empty folders
 ``atomic_rename``  ``move`` is a rename (else a copy plus a delete)
 =================  ======================================================================
+
+``lock`` is also how a bucket's saves keep gc away: its shared lock is a *lease* (see
+:func:`.leases.hold`), so ``Store.save`` takes ``backend.lock(exclusive=False, ...)`` on
+every backend and never asks which one it has.
+
+``identity(key)`` is what stands for the bytes of a key without reading them, and
+``read_identified(key)`` its bytes together with that identity: a folder's file gives
+(device, inode, size, mtime, ctime) from one ``fstat`` of the open file, a bucket's
+object the entity tag its last listing carried.  The process-wide cache of verified
+manifests (``Store._read``, docs/guarantees.md) is written once on these two, for a
+folder and a bucket; a backend with no such identity (None) has every manifest read.
+A folder's identity also stands for its entries: ``identity("manifests/<cell>/<key>")``
+and ``identity("pending")`` change when a file is added, removed or renamed there.
 
 ``keys(prefix, depth)`` lists keys without what ``list`` reads per key (a local folder
 is read with ``os.listdir``, no ``stat`` per file); ``listed(key)`` is a key as that
@@ -61,17 +74,62 @@ import builtins
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ipy_resume.store import fsio, lock
 
-__all__ = ["Backend", "LocalBackend", "ObjectInfo", "Sink"]
+__all__ = ["Backend", "Identity", "LocalBackend", "ObjectInfo", "Sink"]
 
 Sink = Callable[[int, memoryview], None]
 """Called with ``(offset, piece)`` as the pieces of a read arrive."""
+
+Identity = tuple[Hashable, bool]
+"""``(what stands for a key's bytes, settled)`` (see :meth:`Backend.identity`): equal
+first parts mean equal bytes once *settled* is True."""
+
+# A file whose status changed less than this long before it was read is compared by
+# sha256 on its next read as well (it is not *settled*): a rewrite within one tick of the
+# filesystem's clock can leave its identity unchanged.  Timestamps with sub-millisecond
+# digits come from a clock that ticks at least every 10 ms (Linux's coarse clock at
+# HZ >= 100; ns on APFS, 100 ns on NTFS); whole milliseconds or seconds may mean a coarse
+# filesystem (FAT: 2 s).
+_RACY_FINE_NS = 100_000_000
+_RACY_NS = 2_000_000_000
+
+
+def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _settled(st: os.stat_result) -> bool:
+    return _settled_at(st.st_mtime_ns, st.st_ctime_ns, time.time_ns())
+
+
+def _settled_at(mtime_ns: int, ctime_ns: int, now_ns: int) -> bool:
+    """True when a file last changed at these times cannot change unseen any more.
+
+    >>> _settled_at(1_000_000_001, 1_000_000_001, 9_000_000_000)
+    True
+    """
+    fine = mtime_ns % 1_000_000 and ctime_ns % 1_000_000
+    margin = _RACY_FINE_NS if fine else _RACY_NS
+    return now_ns - max(mtime_ns, ctime_ns) > margin
+
+
+def _read_fd(name: str) -> tuple[os.stat_result, bytes]:
+    """The status and the whole content of file *name*, in four system calls."""
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        st = os.fstat(fd)
+        chunks = [os.read(fd, st.st_size + 1)]
+        while chunks[-1]:  # grown since the fstat (never for a committed manifest)
+            chunks.append(os.read(fd, 1 << 16))
+    finally:
+        os.close(fd)
+    return st, b"".join(chunks)
 
 
 @dataclass(frozen=True)
@@ -109,6 +167,13 @@ class Backend(abc.ABC):
 
     url: str = ""
     """Where the backend points, for messages (never with credentials)."""
+
+    @property
+    def origin(self) -> str:
+        """What a key is prefixed with to name it in messages and in a process-wide cache:
+        ``url`` and a slash (a folder's: the folder and its separator, so that prefix and
+        key spell the key's file)."""
+        return self.url.rstrip("/") + "/"
 
     @abc.abstractmethod
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
@@ -175,6 +240,18 @@ class Backend(abc.ABC):
         """The file of *key* (with :attr:`local_files` only)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no local files")
 
+    def local_paths(self, keys: Iterable[str]) -> builtins.list[Path]:
+        """:meth:`local_path` of each of *keys* (keys a listing of this backend gave)."""
+        return [self.local_path(k) for k in keys]
+
+    def temp_key(self, key: str) -> str:
+        """A new key for a temporary file beside *key* (with :attr:`local_files` only)."""
+        raise NotImplementedError(f"{type(self).__name__} stages nothing")
+
+    def make_parents(self, key: str, dirs: set[Path] | None = None) -> None:
+        """Make the folders of *key*'s file (with :attr:`local_files` only)."""
+        raise NotImplementedError(f"{type(self).__name__} has no folders")
+
     def leftovers(self) -> Iterator[ObjectInfo]:
         """What interrupted writes left behind (temp files); never a key of :meth:`list`."""
         return iter(())
@@ -200,6 +277,22 @@ class Backend(abc.ABC):
         """*key* as the last :meth:`keys` saw it, where a listing carries what stands for
         an object's bytes (an entity tag): the manifest cache of a bucket.  None here."""
         return None
+
+    def identity(self, key: str) -> Identity | None:
+        """What stands for the bytes of *key* without reading them (see the module
+        docstring), or None where the backend has nothing that does.
+
+        FileNotFoundError when *key* is known to be gone.
+        """
+        return None
+
+    def read_identified(self, key: str) -> tuple[bytes, Identity | None]:
+        """The bytes of *key* and its :meth:`identity` as of that read."""
+        return self.get(key), self.identity(key)
+
+    def has_prefix(self, prefix: str) -> bool:
+        """True when some key lies under *prefix* (a folder: when it exists)."""
+        return any(True for _ in self.list(prefix))
 
     # -- generic operations, written once on the primitives -------------------------------
 
@@ -240,12 +333,62 @@ class LocalBackend(Backend):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.url = os.fspath(self.root)
+        self._top = os.path.join(self.url, "")
 
     def local_path(self, key: str) -> Path:
         parts = key.split("/")
         if not key or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"bad key {key!r}")
         return self.root.joinpath(*parts)
+
+    @property
+    def origin(self) -> str:
+        return self._top
+
+    def _name(self, key: str) -> str:
+        # local_path's check, as text: on the path of every hit, a pathlib join costs more
+        # than the stat it is for
+        if not key or key[0] == "/" or "//" in key or any(p in (".", "..") for p in key.split("/")):
+            raise ValueError(f"bad key {key!r}")
+        return self._top + key if os.sep == "/" else os.path.join(self._top, *key.split("/"))
+
+    def identity(self, key: str) -> Identity | None:
+        try:
+            st = os.stat(self._name(key))
+        except FileNotFoundError:
+            raise
+        except NotADirectoryError:
+            raise FileNotFoundError(key) from None
+        return _ident(st), _settled(st)
+
+    def read_identified(self, key: str) -> tuple[bytes, Identity | None]:
+        st, data = _read_fd(self._name(key))
+        return data, (_ident(st), _settled(st))
+
+    def has_prefix(self, prefix: str) -> bool:
+        return os.path.isdir(self._name(prefix))
+
+    def local_paths(self, keys: Iterable[str]) -> builtins.list[Path]:
+        # joined as text (keys of this backend's own listing): a pathlib join per file
+        # costs more than the listing
+        top = self.url
+        return [Path(os.path.join(top, k)) for k in keys]
+
+    def temp_key(self, key: str) -> str:
+        """A new key for a temporary file beside *key* (what a staged save writes first;
+        :meth:`list` never lists it, :meth:`leftovers` does).
+
+        >>> LocalBackend("/s").temp_key("objects/ab/cd").startswith("objects/ab/.tmp-cd-")
+        True
+        """
+        folder, _, name = key.rpartition("/")
+        temp = fsio.temp_name(name).name
+        return f"{folder}/{temp}" if folder else temp
+
+    def make_parents(self, key: str, dirs: set[Path] | None = None) -> None:
+        """Make the folders *key*'s file goes in; new ones are fsynced, or with *dirs*
+        added there for the caller to fsync before it publishes anything in them."""
+        fsio.makedirs(self.local_path(key).parent, dirs=dirs)
 
     def lock(
         self, *, exclusive: bool, timeout: float, purpose: str

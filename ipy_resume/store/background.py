@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ipy_resume.store import fsio, lock
+from ipy_resume.store import fsio
 from ipy_resume.store.snapshot import Snapshot
 
 __all__ = [
@@ -223,8 +223,8 @@ def _commit(jobs: list[Job]) -> None:
     store = jobs[0].snapshot.store
     live: list[Job] = []
     try:
-        with lock.hold(
-            store.root, exclusive=False, timeout=store.lock_timeout, purpose="save"
+        with store.backend.lock(
+            exclusive=False, timeout=store.lock_timeout, purpose="save"
         ) as locked:
             blob_dirs: set[Path] = set()
             for job in jobs:

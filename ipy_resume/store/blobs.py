@@ -315,6 +315,16 @@ class BlobStore:
 
     # -- writing -------------------------------------------------------------
 
+    def ready(self) -> None:
+        """Before a save's first blob: make ``objects/``."""
+        fsio.makedirs(self.objects)
+
+    def touch(self, address: str) -> None:
+        """Refresh the time of a blob a save reuses without the lock (gc's grace counts
+        from it); a blob gone meanwhile is the commit's to find."""
+        with contextlib.suppress(OSError):
+            os.utime(self.path(address))
+
     def has(self, address: str) -> bool:
         """True when a file of blob *address* exists (any size)."""
         return self.path(address).is_file()
@@ -354,11 +364,10 @@ class BlobStore:
             self.quarantine(address)
         if self.exists(address, size):
             if touch:
-                with contextlib.suppress(OSError):
-                    os.utime(self.path(address))
+                self.touch(address)
             return 0
         path = self.path(address)
-        fsio.makedirs(path.parent)
+        self.backend.make_parents(self.key(address))
         with fsio.atomic_write(path, dirs=dirs) as f:
             for chunk in chunks:
                 f.write(chunk)

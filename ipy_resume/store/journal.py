@@ -17,6 +17,13 @@ anything in this process reads or appends to the same journal file, and when the
 exits.  A kernel killed within that window loses those restore events, which hold nothing
 of the user's work (the checkpoints they restored are untouched); every other event is
 committed before ``append`` returns.
+
+The journal is the store's through its backend: this SQLite file is the key
+``journal.sqlite`` of a backend with ``local_files`` (a folder), reached with
+``backend.local_path``, because SQLite needs a real file with POSIX locks.  A backend
+without that capability (a bucket) keeps its timeline as one immutable object per
+event instead (:mod:`.remote_journal`), and this class serves there only as the
+local index of those events, in the user's cache.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import fsio
+from .backend import Backend, LocalBackend
 from .manifest import Manifest, order_key
 
 JOURNAL_FILE = "journal.sqlite"
@@ -126,10 +133,13 @@ class Journal:
     """
 
     def __init__(
-        self, root: Path, source: Callable[[set[str]], Iterable[Manifest]] | None = None
+        self,
+        root: Backend | str | os.PathLike[str],
+        source: Callable[[set[str]], Iterable[Manifest]] | None = None,
     ) -> None:
-        self.root = Path(root)
-        self.path = self.root / JOURNAL_FILE
+        # a store's backend (local_files), or the folder of one
+        self.backend = root if isinstance(root, Backend) else LocalBackend(root)
+        self.path = self.backend.local_path(JOURNAL_FILE)
         # the store's verified manifests except those of the ids given: what a lost or
         # damaged journal is rebuilt from, and what fills rows a damaged WAL dropped
         self.source = source
@@ -162,7 +172,7 @@ class Journal:
             yield self._conn
 
     def _rebuildable(self) -> bool:
-        return self.source is not None and (self.root / "manifests").is_dir()
+        return self.source is not None and self.backend.has_prefix("manifests")
 
     def _open_locked(self, missing: bool, skip: frozenset[str | None]) -> sqlite3.Connection:
         """Open the journal; a damaged one is quarantined, a lost one rebuilt.
@@ -170,7 +180,7 @@ class Journal:
         *skip*: checkpoints not to rebuild (the one whose event is being appended: a new
         store's journal is created by the first event, after its manifest).
         """
-        fsio.makedirs(self.root)
+        self.backend.prepare()
         conn: sqlite3.Connection | None = None
         try:
             conn = self._open_file()
@@ -220,14 +230,12 @@ class Journal:
     def _quarantine_files(self) -> None:
         """Move a damaged journal (and its WAL and shared memory) to quarantine/."""
         stamp = f"{int(time.time() * 1000)}.{uuid.uuid4().hex[:6]}"
-        folder = self.root / "quarantine"
         for suffix in ("", "-wal", "-shm"):
-            src = self.root / (JOURNAL_FILE + suffix)
-            if not src.exists():
+            src = JOURNAL_FILE + suffix
+            if not self.backend.exists(src):
                 continue
             with contextlib.suppress(OSError):
-                fsio.makedirs(folder)
-                fsio.move(src, folder / f"{JOURNAL_FILE}{suffix}.{stamp}")
+                self.backend.move(src, f"quarantine/{JOURNAL_FILE}{suffix}.{stamp}")
                 self.quarantined.append(f"quarantine/{JOURNAL_FILE}{suffix}.{stamp}")
 
     def _recovering(
@@ -611,8 +619,9 @@ def rebuild(
     return added
 
 
-def check(root: Path) -> str | None:
-    """What is wrong with the journal of the store at *root* (None: sound or absent).
+def check(root: Backend | str | os.PathLike[str]) -> str | None:
+    """What is wrong with the journal of the store at *root*, a backend with
+    ``local_files`` or its folder (None: sound or absent).
 
     Reads only: a damaged journal is moved away and rebuilt by the next
     :class:`Journal` with a source (the engine's, ``gc``'s).
@@ -620,7 +629,8 @@ def check(root: Path) -> str | None:
     >>> check(Path("/nonexistent")) is None
     True
     """
-    path = Path(root) / JOURNAL_FILE
+    backend = root if isinstance(root, Backend) else LocalBackend(root)
+    path = backend.local_path(JOURNAL_FILE)
     if not path.exists():
         return None
     try:

@@ -1,7 +1,8 @@
 """Leases and gc markers of an object store: who wrote one, and when it no longer counts.
 
 A save writes a lease before it looks for gc markers; gc writes a marker before it looks
-for leases (see :mod:`.remote`).  Both hold the same small JSON document.
+for leases (see :mod:`.remote`).  Both hold the same small JSON document.  :func:`hold`
+is the lease side: an object store backend's shared ``lock``.
 
 >>> b"purpose" in marker("save")
 True
@@ -9,14 +10,19 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 
+from ipy_resume.store import manifest
 from ipy_resume.store.backend import Backend, ObjectInfo
+from ipy_resume.store.fsio import StoreError
+from ipy_resume.store.lock import StoreLocked
 
-__all__ = ["GC_MARKER_STALE", "LEASE_STALE", "marker", "stale"]
+__all__ = ["GC_MARKER_STALE", "LEASE_STALE", "hold", "marker", "stale"]
 
 LEASE_STALE = 3600.0
 """A lease (a save in progress) older than this is taken as left by a dead process."""
@@ -52,3 +58,35 @@ def stale(backend: Backend, obj: ObjectInfo, older_than: float, now: float) -> b
     if isinstance(doc, dict) and doc.get("host") == _HOST and isinstance(doc.get("pid"), int):
         return not _alive(doc["pid"])
     return False
+
+
+def gc_running(backend: Backend, now: float | None = None) -> bool:
+    """True while a live gc marker is under ``gc/``."""
+    now = time.time() if now is None else now
+    return any(not stale(backend, obj, GC_MARKER_STALE, now) for obj in backend.list("gc"))
+
+
+@contextlib.contextmanager
+def hold(backend: Backend, *, timeout: float, purpose: str) -> Iterator[bool]:
+    """A lease under ``leases/`` for a ``with`` block; waits while a gc is deleting blobs.
+
+    Yields False (no lock is held: a bucket's gc keeps its grace period as well).
+
+    >>> with hold(backend, timeout=120, purpose="save"):  # doctest: +SKIP
+    ...     pass
+    """
+    lease = f"leases/{manifest.new_checkpoint_id()}.json"
+    backend.put(lease, [marker(purpose)])
+    try:
+        deadline = time.monotonic() + timeout
+        while gc_running(backend):
+            if time.monotonic() > deadline:
+                raise StoreLocked(
+                    f"a gc of {backend.url} has been deleting blobs for over {timeout:.0f} s",
+                    path="gc/",
+                )
+            time.sleep(0.2)
+        yield False
+    finally:
+        with contextlib.suppress(OSError, StoreError):
+            backend.delete(lease)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import re
 import secrets
 import shlex
@@ -27,10 +26,10 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any
 
-from ipy_resume.store import blobs, fsio, signing
+from ipy_resume.store import blobs, signing
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, Untrusted
 
 __all__ = [
@@ -45,8 +44,6 @@ __all__ = [
     "new_checkpoint_id",
     "now_iso",
     "order_key",
-    "read",
-    "resign",
     "signer",
     "unique_prefixes",
     "valid_id",
@@ -584,35 +581,6 @@ def decode(
     return built
 
 
-def read(
-    path: str | os.PathLike[str], key: bytes, *, root: str | os.PathLike[str] | None = None
-) -> Manifest:
-    """Read and verify the manifest file at *path* (of the store at *root*)."""
-    p = Path(path)
-    rel, store = _names(p, root)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise ManifestError(
-            f"checkpoint manifest {rel} cannot be read ({exc.strerror}); the cell will execute "
-            "again. Check the file's permissions.",
-            path=rel,
-        ) from None
-    return decode(data, key, rel=rel, store=store, path=p)
-
-
-def _names(path: Path, root: str | os.PathLike[str] | None) -> tuple[str, str]:
-    if root is None:
-        return str(path), str(path.parent)
-    try:
-        rel = path.relative_to(root).as_posix()
-    except ValueError:
-        rel = str(path)
-    return rel, os.fspath(root)
-
-
 def decode_unverified(data: bytes, rel: str, path: PurePath | None = None) -> Manifest:
     """A manifest's contents read WITHOUT checking its signature: never load values from it.
 
@@ -626,20 +594,3 @@ def decode_unverified(data: bytes, rel: str, path: PurePath | None = None) -> Ma
     doc = _parse(data, rel)
     doc.pop("signature", None)
     return _build(doc, path, rel)
-
-
-def resign(
-    path: str | os.PathLike[str], key: bytes, *, root: str | os.PathLike[str] | None = None
-) -> Manifest:
-    """Re-sign the manifest at *path* under *key*, whoever signed it before.
-
-    This is what ``ipy-resume trust`` does for a store the user decided to
-    trust.  The document must still be well-formed and of a readable format.
-    """
-    p = Path(path)
-    rel, _ = _names(p, root)
-    manifest = decode_unverified(p.read_bytes(), rel, p)
-    data = encode(manifest, key)
-    with fsio.atomic_write(p) as f:
-        f.write(data)
-    return manifest

@@ -21,6 +21,11 @@ that commit: the cell executes again next time, as for any lost save.
 A record names its writer by process id, process start time and boot id, so a
 process id reused after a reboot or by a later process is not taken for the
 writer, and a live writer's commit is never taken over.
+
+Staging is a power of a backend with ``local_files`` (a folder): records and staged
+blobs are named by key (``pending/<id>.json``, ``objects/ab/.tmp-…``), and their files
+come from ``backend.local_path``.  A bucket's store stages nothing (its saves go up
+before the cell returns).
 """
 
 from __future__ import annotations
@@ -28,12 +33,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from ipy_resume.store import fsio
+from ipy_resume.store.backend import Backend, LocalBackend
 
 if TYPE_CHECKING:
     from ipy_resume.store.store import Store
@@ -45,6 +52,7 @@ __all__ = [
     "live_temps",
     "owner",
     "record_bytes",
+    "record_key",
     "record_path",
     "records",
     "recover",
@@ -121,35 +129,50 @@ def _alive(who: Any) -> bool:
     return not (start and now and now != start)
 
 
+def _local(where: Backend | str | os.PathLike[str]) -> Backend:
+    """The backend of a store, or of the store folder *where*."""
+    return where if isinstance(where, Backend) else LocalBackend(where)
+
+
 @dataclass
 class Staged:
-    """One blob of a staged save: its temporary file, address and size."""
+    """One blob of a staged save: its temporary file (and that file's key), address, size."""
 
     temp: Path
     address: str
     size: int
+    key: str = ""
 
 
 def record_bytes(
-    root: Path, manifest_bytes: bytes, staged: list[Staged], who: dict[str, Any] | None = None
+    manifest_bytes: bytes, staged: list[Staged], who: dict[str, Any] | None = None
 ) -> bytes:
     """The commit record of a staged save: the signed manifest, its staged blobs, the writer.
 
-    >>> record_bytes(store.root, encoded, staged)  # doctest: +SKIP
+    >>> record_bytes(encoded, staged)  # doctest: +SKIP
     b'{"version": 1, ...}'
     """
     doc = {
         "version": _VERSION,
         "owner": owner() if who is None else who,
         "manifest": manifest_bytes.decode("utf-8"),
-        "blobs": [[os.path.relpath(s.temp, root), s.address, s.size] for s in staged],
+        "blobs": [[s.key, s.address, s.size] for s in staged],
     }
     return json.dumps(doc).encode("utf-8")
 
 
-def record_path(root: Path, checkpoint_id: str) -> Path:
-    """Where the commit record of checkpoint *checkpoint_id* goes."""
-    return root / FOLDER / f"{checkpoint_id}.json"
+def record_key(checkpoint_id: str) -> str:
+    """The key of the commit record of checkpoint *checkpoint_id*.
+
+    >>> record_key("0190ab3f2a9c1d2e")
+    'pending/0190ab3f2a9c1d2e.json'
+    """
+    return f"{FOLDER}/{checkpoint_id}.json"
+
+
+def record_path(root: Backend | str | os.PathLike[str], checkpoint_id: str) -> Path:
+    """The file of that record in the store *root* (a backend with ``local_files``)."""
+    return _local(root).local_path(record_key(checkpoint_id))
 
 
 # The records this process wrote and has not removed yet, with the identity (inode, size,
@@ -202,8 +225,7 @@ def write_record(path: Path, data: bytes) -> Path:
     >>> write_record(record_path(store.root, m.id), record_bytes(...))  # doctest: +SKIP
     PosixPath('.../pending/0190ab3f2a9c.json')
     """
-    fsio.makedirs(path.parent)
-    temp = fsio.stage(path, [data])
+    temp = fsio.stage(path, [data])  # (its folder is made with the save's, see Snapshot.stage)
     st = os.stat(temp)
     os.replace(temp, path)
     with _mine_lock:
@@ -222,16 +244,22 @@ def remove_record(path: Path) -> None:
         os.unlink(path)
 
 
-def records(root: Path) -> list[Path]:
-    """The commit records in the store at *root*, oldest first (by name: ids sort by time)."""
-    try:
-        names = os.listdir(root / FOLDER)
-    except (FileNotFoundError, NotADirectoryError):
+def records(root: Backend | str | os.PathLike[str]) -> list[Path]:
+    """The commit records in the store *root* (its backend, or its folder), oldest first (by
+    name: ids sort by time)."""
+    backend = _local(root)
+    if not backend.local_files:
         return []
-    return [root / FOLDER / n for n in sorted(names) if n.endswith(".json")]
+    names = backend.names(FOLDER)
+    return [backend.local_path(f"{FOLDER}/{n}") for n in names if n.endswith(".json")]
 
 
-def live_temps(root: Path) -> set[str]:
+def _temp_key(entry: Any) -> str:
+    """The key of a staged file a record names (a path relative to the store, as written)."""
+    return posixpath.normpath(str(entry[0]).replace(os.sep, "/"))
+
+
+def live_temps(root: Backend | str | os.PathLike[str]) -> set[str]:
     """Keys of the temporary files a live writer's records still name (``gc`` spares them)."""
     keep: set[str] = set()
     for path in records(root):
@@ -240,7 +268,7 @@ def live_temps(root: Path) -> set[str]:
             continue
         for entry in doc.get("blobs", []):
             with contextlib.suppress(TypeError, ValueError, IndexError):
-                keep.add(Path(os.path.normpath(str(entry[0]))).as_posix())
+                keep.add(_temp_key(entry))
     return keep
 
 
@@ -270,27 +298,23 @@ def recover(store: Store) -> Recovered:
     ['0190ab3f2a9c1d2e']
     """
     done = Recovered([], {})
-    root = store.root
-    folder = os.path.join(os.fspath(root), FOLDER)
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
-    except (FileNotFoundError, NotADirectoryError):
+    backend = store.backend
+    if not backend.local_files:
         return done
-    for name in names:
-        spelled = os.path.join(folder, name)
-        if _is_mine(spelled):
+    keys = [f"{FOLDER}/{name}" for name in backend.names(FOLDER) if name.endswith(".json")]
+    for path in backend.local_paths(keys):  # (joined as text: this runs before every read)
+        if _is_mine(os.fspath(path)):
             continue  # this process's own save, still on its way: a live writer's
-        path = Path(spelled)
         doc = _load(path)
         if doc is None:
             # unreadable: a record is made visible whole (rename), so this is damage
-            _drop(path, doc, root)
+            _drop(path, doc, backend)
             done.abandoned[path.stem] = "its commit record is unreadable"
             continue
         if _alive(doc.get("owner")):
             continue
         problem = _finish(store, doc)
-        _drop(path, doc, root)
+        _drop(path, doc, backend)
         if problem is None:
             done.finished.append(path.stem)
         else:
@@ -302,24 +326,24 @@ def _finish(store: Store, doc: dict[str, Any]) -> str | None:
     """Verify and commit one dead writer's save; None on success, else why not."""
     from ipy_resume.store import manifest
 
-    root = store.root
+    backend = store.backend
     try:
         data = str(doc["manifest"]).encode("utf-8")
-        m = manifest.decode(data, store.key, rel=f"{FOLDER}/record", store=os.fspath(root))
+        m = manifest.decode(data, store.key, rel=f"{FOLDER}/record", store=str(store.location))
     except (KeyError, fsio.StoreError) as exc:
         return f"its manifest does not verify ({exc})"
     temps: dict[str, Path] = {}
     for entry in doc.get("blobs", []):
         try:
-            rel, address, _size = str(entry[0]), str(entry[1]), int(entry[2])
+            rel, address, _size = _temp_key(entry), str(entry[1]), int(entry[2])
+            final = store.blobs.key(address)
         except (TypeError, ValueError, IndexError):
             return "its commit record is damaged"
-        temp = (root / rel).resolve()
-        final = store.blobs.path(address)
-        # only a temporary file beside the blob's own name is taken (never a path elsewhere)
-        if temp.parent != final.parent.resolve() or not fsio.is_temp_name(temp.name):
+        # only a temporary file beside the blob's own name is taken (never a file elsewhere)
+        beside, _, name = rel.rpartition("/")
+        if beside != final.rpartition("/")[0] or not fsio.is_temp_name(name):
             return "its commit record names a file outside the store's objects"
-        temps[address] = temp
+        temps[address] = backend.local_path(rel)
     dirs: set[Path] = set()
     for ref in m.blob_refs():
         if store.blobs.exists(ref.blob, ref.size):
@@ -345,13 +369,13 @@ def _finish(store: Store, doc: dict[str, Any]) -> str | None:
     return None
 
 
-def _drop(path: Path, doc: dict[str, Any] | None, root: Path) -> None:
+def _drop(path: Path, doc: dict[str, Any] | None, backend: Backend) -> None:
     """Remove a record and the temporary files it names that are still there."""
     for entry in (doc or {}).get("blobs", []):
         with contextlib.suppress(OSError, TypeError, ValueError, IndexError):
-            temp = root / str(entry[0])
-            if fsio.is_temp_name(temp.name):
-                os.unlink(temp)
+            key = _temp_key(entry)
+            if fsio.is_temp_name(key.rpartition("/")[2]):
+                os.unlink(backend.local_path(key))
     remove_record(path)
 
 
@@ -359,10 +383,8 @@ def stage_blob(path: PurePath, chunks: list[Any], size: int, temp: Path | None =
     """Write one blob's bytes to a temporary file beside *path* (no fsync); returns it.
 
     *temp* is the temporary file's name when the caller chose it (see
-    :func:`fsio.temp_name`); the folder must exist then.
+    :meth:`LocalBackend.temp_key`); the folder must exist (``backend.make_parents``).
     """
-    if temp is None:
-        fsio.makedirs(Path(path).parent)
     temp = fsio.stage(path, chunks, temp=temp)
     actual = os.stat(temp).st_size
     if actual != size:

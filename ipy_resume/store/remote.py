@@ -27,35 +27,37 @@ store's own guarantees here:
   deletes no blob while a live one exists.  With the strong read-after-write
   consistency of S3, at least one of them sees the other, so gc never deletes a blob
   a concurrent save found and decided to reuse.  Leases of dead processes (same host)
-  or older than the grace period are stale and ignored.
+  or older than the grace period are stale and ignored.  The lease is the backend's
+  shared ``lock`` (:func:`.leases.hold`), which ``Store.save`` takes on every backend.
+
+Everything else is :class:`Store`'s own code on the backend's keys and capabilities
+(backend.py): finding, reading and verifying manifests (the listing's entity tags for
+the manifest cache), saving, verify, trust, and the timeline (one object per event,
+:mod:`.remote_journal`, because the backend has no ``local_files``).  Only ``gc``
+differs: its side of the lease protocol (:mod:`.remote_maintenance`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import time
-from collections.abc import Iterable, Iterator
-from pathlib import Path, PurePath, PurePosixPath
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
-from ipy_resume.store import blobs, info, manifest
-from ipy_resume.store.backend import Backend, ObjectInfo
+from ipy_resume.store import blobs
+from ipy_resume.store.backend import Backend
 from ipy_resume.store.blobcache import BlobCache
 from ipy_resume.store.blobs import algo_of, aligned_empty, new_hasher
 from ipy_resume.store.fsio import (
     CorruptBlob,
     MissingBlob,
-    SaveError,
     StoreError,
-    one_line,
 )
-from ipy_resume.store.leases import GC_MARKER_STALE, LEASE_STALE, marker, stale
-from ipy_resume.store.lock import StoreLocked
-from ipy_resume.store.manifest import Manifest
-from ipy_resume.store.remote_backend import FsspecBackend, RemoteError
+from ipy_resume.store.leases import LEASE_STALE
+from ipy_resume.store.remote_backend import FsspecBackend
 from ipy_resume.store.store import Store
 
 __all__ = ["LEASE_STALE", "RemoteBlobs", "RemoteStore"]
@@ -83,6 +85,9 @@ class RemoteBlobs:
 
     def relpath(self, address: str) -> str:
         return self.key(address)
+
+    def ready(self) -> None:
+        """Nothing to make before a save: a bucket has no folders."""
 
     def has(self, address: str) -> bool:
         return self.backend.exists(self.key(address))
@@ -203,7 +208,6 @@ class RemoteStore(Store):
     """
 
     lease_stale: float = LEASE_STALE
-    stages_saves = False  # a save goes up before the cell returns (nothing local to stage to)
 
     def __init__(
         self,
@@ -218,110 +222,8 @@ class RemoteStore(Store):
         super().__init__(Path("/"), key=key, backend=remote)  # root is never a folder here
         self.root = PurePosixPath(".")  # type: ignore[assignment]
         self.blobs = RemoteBlobs(self.backend, BlobCache() if cache is None else cache)  # type: ignore[assignment]
-        self._read_meta: dict[str, ObjectInfo] = {}  # key -> as listed when last read
-
-    def __repr__(self) -> str:
-        return f"RemoteStore({self.url!r})"
-
-    @property
-    def location(self) -> Path | str:
-        return self.url
-
-    def exists(self) -> bool:
-        return self.backend.exists(info.FILE) or any(True for _ in self.backend.list("manifests"))
-
-    # -- saving ----------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _saving(self) -> Iterator[bool]:
-        """A lease for the duration of the save; waits while a gc is deleting blobs."""
-        lease = f"leases/{manifest.new_checkpoint_id()}.json"
-        self.backend.put(lease, [marker("save")])
-        try:
-            deadline = time.monotonic() + self.lock_timeout
-            while self._gc_running():
-                if time.monotonic() > deadline:
-                    raise StoreLocked(
-                        f"a gc of {self.url} has been deleting blobs for over "
-                        f"{self.lock_timeout:.0f} s",
-                        path="gc/",
-                    )
-                time.sleep(0.2)
-            yield False
-        finally:
-            with contextlib.suppress(OSError, StoreError):
-                self.backend.delete(lease)
-
-    def _gc_running(self) -> bool:
-        now = time.time()
-        return any(
-            not stale(self.backend, obj, GC_MARKER_STALE, now) for obj in self.backend.list("gc")
-        )
-
-    def save(self, cell_id: str, key: str, values: Any, **kwargs: Any) -> Any:
-        try:
-            return super().save(cell_id, key, values, **kwargs)
-        except RemoteError as exc:
-            raise self._save_error(cell_id, exc, None) from exc
-
-    def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
-        cell = one_line(cell_id)
-        if isinstance(exc, RemoteError):
-            return SaveError(
-                f"could not save checkpoint '{cell}': {exc}; nothing was committed and the "
-                "values are still in memory.",
-                path=exc.path,
-            )
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        return SaveError(
-            f"could not save checkpoint '{cell}': {reason} while writing {self._rel(where)} in "
-            f"{self.url}; nothing was committed and the values are still in memory. Check the "
-            "store, then run the cell again.",
-            path=self._rel(where),
-        )
-
-    # -- finding ---------------------------------------------------------------------------
-
-    def _read(self, path: PurePath, quick: bool = False) -> Manifest:
-        # A manifest verified before is not fetched again while the listing shows the same
-        # entity tag, size and time as when it was read (with *quick*; the manifest cache of
-        # docs/guarantees.md).  A backend that lists no entity tag gives no such identity:
-        # the manifest is fetched every time, and only verified again when its bytes differ.
-        rel = self._rel(path)
-        listed = self.backend.listed(rel)
-        known = self._read_cache.get(path)
-        if (
-            quick
-            and known is not None
-            and listed is not None
-            and listed.etag
-            and self._read_meta.get(rel) == listed
-        ):
-            return known[1]
-        data = self.backend.get(rel)
-        if known is not None and known[0] == data:
-            m = known[1]
-        else:
-            m = manifest.decode(data, self.key, rel=rel, store=self.url, path=path)
-        if len(self._read_cache) >= 50_000:
-            self._read_cache.clear()
-            self._read_meta.clear()
-        self._read_cache[path] = (data, m)
-        if listed is not None:
-            self._read_meta[rel] = listed
-        return m
-
-    def _listing(self, prefix: str) -> list[ObjectInfo]:
-        return list(self.backend.list(prefix))
 
     # -- maintenance -----------------------------------------------------------------------
-
-    def journal(self) -> Any:
-        if self._journal is None:
-            from ipy_resume.store.remote_journal import RemoteJournal
-
-            self._journal = RemoteJournal(self)  # type: ignore[assignment]
-        return self._journal
 
     def gc(
         self,

@@ -36,7 +36,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ipy_resume.store.backend import Backend, ObjectInfo, Sink
+from ipy_resume.store import leases
+from ipy_resume.store.backend import Backend, Identity, ObjectInfo, Sink
 from ipy_resume.store.fsio import StoreError
 from ipy_resume.store.urls import split_url
 
@@ -408,6 +409,27 @@ class FsspecBackend(Backend):
 
     def listed(self, key: str) -> ObjectInfo | None:
         return self._listed.get(key)
+
+    def identity(self, key: str) -> Identity | None:
+        # The entity tag of the last listing: an object's bytes, as the server says (trust's
+        # rewrite of a manifest is a new object, with a new tag).  A listing without tags gives no identity: read every time.
+        found = self._listed.get(key)
+        if found is None or not found.etag:
+            return None
+        return (found.etag, found.size, found.modified), True
+
+    def read_identified(self, key: str) -> tuple[bytes, Identity | None]:
+        # the identity as listed before the read: a newer object read meanwhile is only
+        # read again next time, never taken for the listed one
+        seen = self.identity(key)
+        return self.get(key), seen
+
+    def lock(
+        self, *, exclusive: bool, timeout: float, purpose: str
+    ) -> contextlib.AbstractContextManager[bool]:
+        if exclusive:
+            return contextlib.nullcontext(False)  # gc's side: its marker (remote_maintenance)
+        return leases.hold(self, timeout=timeout, purpose=purpose)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         top = self.prefix + ("/" + prefix.strip("/") if prefix else "")

@@ -43,7 +43,7 @@ from ipy_resume.store.blobcache import default_cache_dir
 from ipy_resume.store.journal import OUTCOMES, SYNC_ENV, Event, Journal, insert_event
 
 if TYPE_CHECKING:
-    from ipy_resume.store.remote import RemoteStore
+    from ipy_resume.store.store import Store
 
 __all__ = ["EVENTS", "RemoteJournal", "event_from_json"]
 
@@ -118,13 +118,14 @@ class RemoteJournal:
     [Event(cell_id='train', ...)]
     """
 
-    def __init__(self, store: RemoteStore, cache_dir: Path | None = None) -> None:
+    def __init__(self, store: Store, cache_dir: Path | None = None) -> None:
         self.store = store
         self.backend = store.backend
-        digest = hashlib.sha256(store.url.encode()).hexdigest()[:16]
+        url = str(store.location)
+        digest = hashlib.sha256(url.encode()).hexdigest()[:16]
         folder = (cache_dir or default_cache_dir().parent / "journals") / digest
         self.index = Journal(folder)  # a cache: rebuilt from the bucket when lost
-        self.path = f"{store.url}/{EVENTS}/"
+        self.path = f"{url}/{EVENTS}/"
         self.rebuilt = 0
         self.quarantined: list[str] = []
         self._synced = 0.0

@@ -46,7 +46,7 @@ def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
 def _referenced(store: RemoteStore) -> set[str] | None:
     """Every blob any manifest of the store names now (trusted or not); None if unsure."""
     out: set[str] = set()
-    for obj in store._listing("manifests"):
+    for obj in store.backend.list("manifests"):
         try:
             data = store.backend.get(obj.key)
         except FileNotFoundError:

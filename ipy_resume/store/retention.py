@@ -313,7 +313,7 @@ def _heal_files(store: Store, report: GcReport) -> None:
         store.heal_info()
     except StoreError as exc:  # a newer format: nothing of it is touched
         report.notes.append(str(exc))
-    healer = Journal(store.root, source=store.manifests_except)
+    healer = Journal(store.backend, source=store.manifests_except)
     try:
         healer.last()  # opening it checks it; a damaged or missing one is rebuilt
     except sqlite3.Error as exc:
@@ -391,7 +391,7 @@ def collect(
         # saves staged by kernels that died are finished first (they are checkpoints
         # like any other); a live writer's staged files are spared below
         pending.recover(store)
-        staged = pending.live_temps(store.root)
+        staged = pending.live_temps(backend)
         scan = scan_manifests(store)
         # checkpoints that can never load: a blob is missing or fails its checksum (a
         # concurrent save may have written it again since the audit: checked again)

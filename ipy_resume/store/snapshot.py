@@ -154,24 +154,29 @@ class Snapshot:
         >>> snap.stage()  # doctest: +SKIP
         """
         store, writer = self.store, self.writer
+        backend = store.backend
+        keys = {a: backend.temp_key(store.blobs.key(a)) for a, _c, _s in writer.deferred or ()}
         todo = [
-            (address, chunks, size, fsio.temp_name(store.blobs.path(address)))
+            (address, chunks, size, backend.local_path(keys[address]))
             for address, chunks, size in writer.deferred or ()
         ]
-        staged = [pending.Staged(temp, address, size) for address, _c, size, temp in todo]
+        staged = [
+            pending.Staged(temp, address, size, keys[address]) for address, _c, size, temp in todo
+        ]
         self.staged = staged
         try:
             # new folders are made durable by the writer, before it publishes
             for address, _chunks, _size, _temp in todo:
                 writer.current = store.blobs.path(address)
-                fsio.makedirs(writer.current.parent, dirs=self.new_dirs)
+                backend.make_parents(keys[address], dirs=self.new_dirs)
             writer.current = None
             self.manifest.bytes_written = sum(s.size for s in staged)
-            path = pending.record_path(store.root, self.manifest.id)
-            fsio.makedirs(path.parent, dirs=self.new_dirs)
+            record_key = pending.record_key(self.manifest.id)
+            backend.make_parents(record_key, dirs=self.new_dirs)
+            path = backend.local_path(record_key)
             data = manifest.encode(self.manifest, store.key)
             self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
-            record = pending.record_bytes(store.root, data, staged)
+            record = pending.record_bytes(data, staged)
             if _may_fork(self.size):
                 try:
                     self.child = _fork_writer(todo, path, record)
@@ -265,7 +270,7 @@ class Snapshot:
         With *dirs*, their folders are collected for the caller to fsync.
         """
         store, writer = self.store, self.writer
-        fsio.makedirs(store.blobs.objects)
+        store.blobs.ready()
         self._reap()
         for folder in sorted(self.new_dirs):
             if dirs is None:
@@ -304,8 +309,7 @@ class Snapshot:
                     os.fspath(writer.current),
                 )
             if not locked:  # gc's grace period counts from now (see lock.py)
-                with contextlib.suppress(OSError):
-                    os.utime(store.blobs.path(ref.blob))
+                store.blobs.touch(ref.blob)
         self.manifest.bytes_written = writer.bytes_written
 
     def publish(self, deferred: set[str] | None = None, background: bool = False) -> int:
@@ -342,8 +346,8 @@ class Snapshot:
         """
         store = self.store
         try:
-            with lock.hold(
-                store.root, exclusive=False, timeout=store.lock_timeout, purpose="save"
+            with store.backend.lock(
+                exclusive=False, timeout=store.lock_timeout, purpose="save"
             ) as locked:
                 self.write_blobs(locked)
                 self.publish()

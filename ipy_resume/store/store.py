@@ -27,7 +27,7 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
@@ -40,7 +40,6 @@ from ipy_resume.store import (
     background,
     blobs,
     codecs,
-    fsio,
     info,
     lock,
     manifest,
@@ -84,61 +83,27 @@ _PREFETCH_MIN = 16 << 20
 _VERIFY_HINT = "Run 'ipy-resume verify' to list others."
 _ID_CACHE_SECONDS = 5.0
 _READ_CACHE_MAX = 50_000
-# A manifest whose file changed less than this long before it was verified is compared by
-# sha256 on its next read as well: a rewrite within one tick of the filesystem's clock can
-# leave its identity unchanged.  Timestamps with sub-millisecond digits come from a clock
-# that ticks at least every 10 ms (Linux's coarse clock at HZ >= 100; ns on APFS, 100 ns on
-# NTFS); whole milliseconds or seconds may mean a coarse filesystem (FAT: 2 s).
-_RACY_FINE_NS = 100_000_000
-_RACY_NS = 2_000_000_000
 
 
 @dataclass
 class _Verified:
-    """A manifest file verified in this process, and what identified the file then."""
+    """A manifest verified in this process, and what identified its bytes then."""
 
-    ident: tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
+    ident: Hashable  # backend.identity: a file's (dev, ino, size, mtime, ctime), an etag
     digest: bytes  # sha256 of the bytes that verified (or that this process signed)
     manifest: Manifest | None  # None: written here, parsed (not verified again) on first use
-    settled: bool  # the file had not changed for the racy margin when it was read
+    settled: bool  # the identity could not change unseen any more when it was read
 
 
-# (manifest path, trust id of the key it verified under) -> what was verified; shared by
-# every Store of the process, so the panel's and the CLI helpers' reads reuse the magic's.
+# (where the manifest lives, trust id of the key it verified under) -> what was verified;
+# shared by every Store of the process, so the panel's and the CLI helpers' reads reuse
+# the magic's.  Where: its file, or the URL of the store and its key.
 _verified: dict[tuple[str, bytes], _Verified] = {}
 
 
 # key folder -> (its identity, the manifest files it held, settled): a hit lists the folder
 # of its key again only when the folder changed (an entry added, removed or renamed)
-_listed: dict[str, tuple[tuple[int, int, int, int, int], tuple[PurePath, ...], bool]] = {}
-
-
-def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _settled(st: os.stat_result) -> bool:
-    return _settled_at(st.st_mtime_ns, st.st_ctime_ns, time.time_ns())
-
-
-def _settled_at(mtime_ns: int, ctime_ns: int, now_ns: int) -> bool:
-    """True when a file last changed at these times cannot change unseen any more."""
-    fine = mtime_ns % 1_000_000 and ctime_ns % 1_000_000
-    margin = _RACY_FINE_NS if fine else _RACY_NS
-    return now_ns - max(mtime_ns, ctime_ns) > margin
-
-
-def _read_fd(name: str) -> tuple[os.stat_result, bytes]:
-    """The status and the whole content of file *name*, in four system calls."""
-    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    try:
-        st = os.fstat(fd)
-        chunks = [os.read(fd, st.st_size + 1)]
-        while chunks[-1]:  # grown since the fstat (never for a committed manifest)
-            chunks.append(os.read(fd, 1 << 16))
-    finally:
-        os.close(fd)
-    return st, b"".join(chunks)
+_listed: dict[str, tuple[Hashable, tuple[PurePath, ...], bool]] = {}
 
 
 # (blob, offset, length, member) -> the object those verified bytes decoded to, for extras
@@ -538,8 +503,12 @@ class Store:
 
     lock_timeout: float = 120.0
     """Seconds a save waits for a running ``gc`` before giving up (values stay in memory)."""
-    stages_saves: bool = True
-    """Saves can be staged to local files and made durable in the background (not a bucket)."""
+
+    @property
+    def stages_saves(self) -> bool:
+        """Saves can be staged to local files and made durable in the background (with the
+        backend's ``local_files``; a bucket's save goes up before the cell returns)."""
+        return self.backend.local_files
 
     def __init__(
         self,
@@ -552,6 +521,7 @@ class Store:
         # store contents are addressed by key through this; see backend.py for the
         # capabilities (flock, local files) the local store builds on
         self.backend: Backend = LocalBackend(self.root) if backend is None else backend
+        self._origin = self.backend.origin  # (a key's file, or its URL, is origin + key)
         self.key = signing.load_or_create_key() if key is None else bytes(key)
         local = self.backend if isinstance(self.backend, LocalBackend) else LocalBackend(self.root)
         self.blobs = BlobStore(local)  # (a bucket's store puts its own in its place)
@@ -562,14 +532,13 @@ class Store:
         self._journal: Journal | None = None
         self._id_cache: tuple[float, set[str]] | None = None  # (when listed, ids)
         self._by_prefix: tuple[set[str], int, dict[str, list[str]]] | None = None
-        self._read_cache: dict[PurePath, tuple[bytes, Manifest]] = {}  # (object stores')
         self._trust_of: tuple[bytes, bytes] | None = None  # (key, its trust id)
         # the pending/ folder as last looked at, and when: see _settle_pending
-        self._pending_seen: tuple[int, int] | None = None
+        self._pending_seen: Hashable = None
         self._pending_checked = 0.0
 
     def __repr__(self) -> str:
-        return f"Store({os.fspath(self.root)!r})"
+        return f"{type(self).__name__}({str(self.location)!r})"
 
     def _trust(self) -> bytes:
         """An id of the signing key: what was verified under one key is not under another."""
@@ -585,11 +554,11 @@ class Store:
         >>> Store("/tmp/doc-store").location
         PosixPath('/tmp/doc-store')
         """
-        return self.root
+        return self.root if self.backend.local_files else self.backend.url
 
     def exists(self) -> bool:
         """True once the store has been created (a first save, or ``store.json``)."""
-        return Store.created_at(self.root)
+        return self.backend.exists(info.FILE) or self.backend.has_prefix("manifests")
 
     @staticmethod
     def created_at(root: Path) -> bool:
@@ -598,7 +567,7 @@ class Store:
         >>> Store.created_at(Path("/nonexistent"))
         False
         """
-        return (root / info.FILE).exists() or Store.has_checkpoints_at(root)
+        return LocalBackend(root).exists(info.FILE) or Store.has_checkpoints_at(root)
 
     @staticmethod
     def has_checkpoints_at(root: Path) -> bool:
@@ -607,7 +576,7 @@ class Store:
         >>> Store.has_checkpoints_at(Path("/nonexistent"))
         False
         """
-        return (root / "manifests").is_dir()
+        return LocalBackend(root).has_prefix("manifests")
 
     # -- store.json ----------------------------------------------------------
 
@@ -670,7 +639,10 @@ class Store:
         return {k: v for k, v in doc.items() if k != "check"}
 
     def _writing_info(self) -> contextlib.AbstractContextManager[bool]:
-        # under the shared lock: gc must not take our temp file for a leftover
+        # under the shared lock: gc must not take our temp file for a leftover (a bucket
+        # has no temp files, and its lease would cost three requests per copy written)
+        if not self.backend.file_locks:
+            return contextlib.nullcontext(False)
         return self.backend.lock(exclusive=False, timeout=self.lock_timeout, purpose="save")
 
     # -- paths ---------------------------------------------------------------
@@ -679,15 +651,11 @@ class Store:
         """The key of *path* (a file of the store, or a key already)."""
         if path is None:
             return str(self.location)
-        try:
-            return Path(path).relative_to(self.root).as_posix()
-        except ValueError:
-            return os.fspath(path)
-
-    def _key_dir(self, cell_id: str, key: str) -> PurePath:
-        return type(self.root)(
-            os.path.join(os.fspath(self.root), "manifests", manifest.cell_dir(cell_id), key)
-        )
+        name = os.fspath(path)
+        if name.startswith(self._origin):  # (as text: this is on the path of every hit)
+            rel = name[len(self._origin) :]
+            return rel if os.sep == "/" else rel.replace(os.sep, "/")
+        return name  # a bucket's key already (or a file outside the store)
 
     def healing(self, cell_id: str, key: str) -> bool:
         """True when the next save of (cell_id, key) replaces a checkpoint that failed to
@@ -812,7 +780,7 @@ class Store:
         try:
             seed_base = self.seed_base
             held.enter_context(
-                lock.hold(self.root, exclusive=False, timeout=self.lock_timeout, purpose="save")
+                self.backend.lock(exclusive=False, timeout=self.lock_timeout, purpose="save")
             )
             m, failed = self._build(
                 writer,
@@ -902,13 +870,14 @@ class Store:
     def _saving(self) -> Iterator[bool]:
         """Held from the first "this blob exists, skip it" to the committed manifest.
 
-        Shared with other saves, exclusive of gc, so no gc deletes what a save relies on;
-        yields whether a real lock is held.
+        Shared with other saves, exclusive of gc, so no gc deletes what a save relies on
+        (a folder's ``flock``, a bucket's lease: see backend.py); yields whether a real
+        lock is held.
         """
-        with lock.hold(
-            self.root, exclusive=False, timeout=self.lock_timeout, purpose="save"
+        with self.backend.lock(
+            exclusive=False, timeout=self.lock_timeout, purpose="save"
         ) as locked:
-            fsio.makedirs(self.blobs.objects)
+            self.blobs.ready()
             yield locked
 
     @staticmethod
@@ -1013,19 +982,19 @@ class Store:
         added or removed, or every second while a live writer's records remain.
         """
         try:
-            st = os.stat(self.root / pending.FOLDER)
+            seen = self.backend.identity(pending.FOLDER)
         except OSError:
             return
-        stamp = (st.st_mtime_ns, st.st_nlink)
+        if seen is None:
+            return  # (nothing is staged where saves are not: a bucket)
         now = time.monotonic()
-        if stamp == self._pending_seen and now - self._pending_checked < 1.0:
+        if seen[0] == self._pending_seen and now - self._pending_checked < 1.0:
             return
         self._pending_checked = now
         done = pending.recover(self)
         with contextlib.suppress(OSError):
-            st = os.stat(self.root / pending.FOLDER)
-            stamp = (st.st_mtime_ns, st.st_nlink)
-        self._pending_seen = stamp
+            seen = self.backend.identity(pending.FOLDER) or seen
+        self._pending_seen = seen[0]
         if done.finished:
             self._id_cache = None
             self._note_recovered(done.finished)
@@ -1102,19 +1071,32 @@ class Store:
             raise
 
     def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
+        cell = " ".join(cell_id.split())
+        if isinstance(exc, StoreError):  # the backend's own one-line error (a bucket's)
+            return SaveError(
+                f"could not save checkpoint '{cell}': {exc}; nothing was committed and the "
+                "values are still in memory.",
+                path=getattr(exc, "path", None),
+            )
         code = errno.errorcode.get(exc.errno or 0, "")
         reason = exc.strerror or str(exc) or type(exc).__name__
-        if code:
-            reason = f"{reason} ({code})"
         if where is None and exc.filename:
             where = Path(os.fspath(exc.filename))
+        if not self.backend.local_files:
+            return SaveError(
+                f"could not save checkpoint '{cell}': {reason} while writing {self._rel(where)} "
+                f"in {self.location}; nothing was committed and the values are still in memory. "
+                "Check the store, then run the cell again.",
+                path=self._rel(where),
+            )
+        if code:
+            reason = f"{reason} ({code})"
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             hint = "Free some disk space (or run 'ipy-resume gc'), then run the cell again."
         elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             hint = f"Make {os.fspath(self.root)} writable, then run the cell again."
         else:
             hint = "Check the disk, then run the cell again."
-        cell = " ".join(cell_id.split())
         return SaveError(
             f"could not save checkpoint '{cell}': {reason} while writing {self._rel(where)}; "
             f"nothing was committed and the values are still in memory. {hint}",
@@ -1127,65 +1109,76 @@ class Store:
         """The verified manifest at *path*.
 
         A manifest verified before in this process (under this key) is not verified
-        again while its file holds the same bytes (compared by sha256: cheaper than
-        parsing and verifying again).  With *quick* (finding, listing), the file's
-        identity stands for its bytes: while device, inode, size, mtime and ctime are
-        those seen when it was verified, and it had not changed for a while by then
-        (0.1 s, or 2 s where timestamps are coarse), the file is not even read.  See
+        again while it holds the same bytes (compared by sha256: cheaper than parsing
+        and verifying again).  With *quick* (finding, listing), the backend's identity
+        of the manifest stands for its bytes (:meth:`Backend.identity`): a file's device,
+        inode, size, mtime and ctime, once it had not changed for a while (0.1 s, or 2 s
+        where timestamps are coarse); a bucket's entity tag as listed.  While it is the
+        one seen when the manifest was verified, it is not even read.  See
         docs/guarantees.md for what that trusts.
         """
-        name = os.fspath(path)
-        slot = (name, self._trust())
+        rel = self._rel(path)
+        slot = (self._origin + rel, self._trust())
         known = _verified.get(slot)
+        backend = self.backend
         if quick and known is not None and known.settled and known.manifest is not None:
             try:
-                st = os.stat(name)
+                seen = backend.identity(rel)
             except FileNotFoundError:
                 raise
-            except OSError:
-                return manifest.read(path, self.key, root=self.root)  # says why
-            if _ident(st) == known.ident:
+            except OSError as exc:
+                raise self._unreadable(rel, exc) from None
+            if seen is not None and seen[0] == known.ident:
                 return known.manifest
         try:
-            st, data = _read_fd(name)
+            data, seen = backend.read_identified(rel)
         except FileNotFoundError:
             raise
-        except OSError:
-            return manifest.read(path, self.key, root=self.root)  # says why, as a StoreError
+        except OSError as exc:
+            raise self._unreadable(rel, exc) from None
         digest = hashlib.sha256(data).digest()
         if known is not None and known.digest == digest:
-            m = known.manifest if known.manifest is not None else self._own(data, path)
+            m = known.manifest if known.manifest is not None else self._own(data, path, rel)
         else:
-            rel, store = manifest._names(Path(path), self.root)
-            m = manifest.decode(data, self.key, rel=rel, store=store, path=path)
+            m = manifest.decode(data, self.key, rel=rel, store=str(self.location), path=path)
         if len(_verified) >= _READ_CACHE_MAX:
             _verified.clear()
-        _verified[slot] = _Verified(_ident(st), digest, m, _settled(st))
+        # (no identity: never settled, so the bytes are read every time, and verified
+        # again only when they differ)
+        ident, settled = (None, False) if seen is None else seen
+        _verified[slot] = _Verified(ident, digest, m, settled)
         return m
 
-    def _own(self, data: bytes, path: PurePath) -> Manifest:
+    @staticmethod
+    def _unreadable(rel: str, exc: OSError) -> StoreError:
+        if isinstance(exc, StoreError):
+            return exc  # the store cannot be reached (a bucket's error), said already
+        return ManifestError(
+            f"checkpoint manifest {rel} cannot be read ({exc.strerror or exc}); the cell will "
+            "execute again. Check the file's permissions.",
+            path=rel,
+        )
+
+    def _own(self, data: bytes, path: PurePath, rel: str) -> Manifest:
         """Parse manifest bytes this process signed itself (their sha256 was checked)."""
         try:
             return Manifest.from_json(json.loads(data), path)
         except ValueError:  # cannot happen for bytes manifest.encode made: verify them
-            rel, store = manifest._names(Path(path), self.root)
-            return manifest.decode(data, self.key, rel=rel, store=store, path=path)
+            return manifest.decode(data, self.key, rel=rel, store=str(self.location), path=path)
 
     def _remember(self, path: PurePath, data: bytes) -> None:
         """Note manifest bytes this process just signed and published at *path*."""
-        if not self.backend.local_files:
-            return  # (the cache of a file's identity: see _read)
-        name = os.fspath(path)
+        rel = self._rel(path)
         try:
-            st = os.stat(name)
+            seen = self.backend.identity(rel)
         except OSError:
             return
-        if st.st_size != len(data):
-            return  # not ours (cannot happen: the file was created exclusively)
         if len(_verified) >= _READ_CACHE_MAX:
             _verified.clear()
-        _verified[(name, self._trust())] = _Verified(
-            _ident(st), hashlib.sha256(data).digest(), None, False
+        # not settled: the first read compares the bytes once (a bucket's new object has
+        # no listed identity yet)
+        _verified[(self._origin + rel, self._trust())] = _Verified(
+            None if seen is None else seen[0], hashlib.sha256(data).digest(), None, False
         )
 
     def _manifest_paths(self, prefix: str = "manifests") -> list[PurePath]:
@@ -1196,9 +1189,7 @@ class Store:
         keys = [k for k in self.backend.keys(prefix, depth) if k.endswith(".json")]
         if not self.backend.local_files:
             return [PurePosixPath(k) for k in keys]
-        top, kind = os.fspath(self.root), type(self.root)
-        # joined as text: a pathlib join per file costs more than the listing
-        return [kind(os.path.join(top, k)) for k in keys]
+        return list(self.backend.local_paths(keys))
 
     def _key_files(self, cell_id: str, key: str) -> list[PurePath]:
         """The manifest files of (cell_id, key); in a folder, listed again only when the
@@ -1210,21 +1201,20 @@ class Store:
         bucket's key is listed every time.
         """
         prefix = _manifest_prefix(cell_id, key)
-        if not self.backend.local_files:
-            return self._manifest_paths(prefix)
-        name = os.path.join(os.fspath(self.root), prefix)
         try:
-            st = os.stat(name)
+            seen = self.backend.identity(prefix)
         except OSError:
             return []
-        ident = _ident(st)
+        if seen is None:
+            return self._manifest_paths(prefix)
+        name = self._origin + prefix
         known = _listed.get(name)
-        if known is not None and known[2] and known[0] == ident:
+        if known is not None and known[2] and known[0] == seen[0]:
             return list(known[1])
         files = self._manifest_paths(prefix)
         if len(_listed) >= _READ_CACHE_MAX:
             _listed.clear()
-        _listed[name] = (ident, tuple(files), _settled(st))
+        _listed[name] = (seen[0], tuple(files), seen[1])
         return files
 
     def _misfiled(self, m: Manifest, cell_id: str, key: str | None) -> StoreError | None:
@@ -1346,7 +1336,7 @@ class Store:
         >>> store.misfiled(m, m.path)  # doctest: +SKIP
         False
         """
-        return path.parent != self._key_dir(m.cell_id, m.key)
+        return self._rel(path).rpartition("/")[0] != _manifest_prefix(m.cell_id, m.key)
 
     def relative(self, path: PurePath | str | None) -> str:
         """*path* as messages name it: relative to the store (``manifests/…``) when inside.
@@ -1718,7 +1708,15 @@ class Store:
         []
         """
         if self._journal is None:
-            self._journal = Journal(self.root, source=self.manifests_except)
+            if self.backend.local_files:
+                # one SQLite file in the folder (see journal.py and the README's architecture)
+                self._journal = Journal(self.backend, source=self.manifests_except)
+            else:
+                # any other backend: one immutable object per event, merged on read
+                from ipy_resume.store.remote_journal import RemoteJournal
+
+                self._journal = RemoteJournal(self)  # type: ignore[assignment]
+        assert self._journal is not None
         return self._journal
 
     def trust(self, problems: list[str] | None = None) -> int:
@@ -1757,7 +1755,6 @@ class Store:
                 # (these bytes, whose blobs were checked: not the file read again)
                 self.backend.put(rel, [manifest.encode(m, self.key)])
                 count += 1
-        self._read_cache.clear()
         return count
 
     def gc(
