@@ -31,6 +31,7 @@ from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError, background, location
 from .store.journal import Event
 from .store.location import default_store_dir
+from .store.manifest import Manifest
 from .units import format_size
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ durable.  A smaller one is waited for up to :data:`STATUS_WAIT` seconds, so its 
 status goes to a cell badge, is never waited for: its bytes are handed to the OS before the cell returns (staged), so a kernel that dies
 next loses nothing."""
 STATUS_WAIT = 2.0
+_COMMITTED_MAX = 4096  # checkpoints an engine remembers committing (forgotten all at once)
 ABSENT = "absent"
 PREFIX = "ipy_resume: "
 
@@ -265,6 +267,9 @@ class Engine:
         # saves are made durable by the background writer (store/background.py) when this
         # is True, or None and $IPY_RESUME_BACKGROUND is not 0, and the budget allows
         self.background: bool | None = None
+        # (cell_id, key) -> the complete checkpoint this engine committed for it, durable, and
+        # the (device, inode) of its manifest file then: see _own_checkpoint
+        self._committed: dict[tuple[str, str], tuple[Manifest, tuple[int, int]]] = {}
 
     def record(
         self,
@@ -346,6 +351,7 @@ class Engine:
         self.last_outcome = outcome
         event = self._event(outcome, opts.cell_id)
         self.last_event = event.event_id
+        manifest = job.snapshot.manifest
         write = _stderr_writer()
         listed = ", ".join(names) or "no names"
 
@@ -369,6 +375,8 @@ class Engine:
             if job.error is None:
                 event.bytes = outcome.bytes = job.bytes_written
                 outcome.io = job.seconds
+                if outcome.status == "executed":
+                    self._note_committed(opts.cell_id, manifest)
             else:
                 shared_objects(self.store.root).forget(outcome.checkpoint_id or "")
                 event.outcome = outcome.status = "failed"
@@ -383,6 +391,45 @@ class Engine:
             self._append(event, host, advance=False)
 
         background.attach(job, done, notify)
+
+    def _note_committed(self, cell_id: str, m: Manifest) -> None:
+        """Remember *m*, a complete checkpoint this engine committed (durable now)."""
+        if m.path is None or not self.store.backend.local_files:
+            return  # (a bucket's manifest has no file to check with one stat)
+        try:
+            st = os.stat(m.path)
+        except OSError:
+            return
+        if len(self._committed) >= _COMMITTED_MAX:
+            self._committed.clear()
+        self._committed[(cell_id, m.key)] = (m, (st.st_dev, st.st_ino))
+
+    def _own_checkpoint(
+        self, cell_id: str, key: str, accept: Callable[[Manifest], bool]
+    ) -> Manifest | None:
+        """The checkpoint of (cell_id, key) this engine committed itself, while its manifest
+        file is still in place: a hit in the process that saved it lists and reads nothing.
+
+        What it trusts: the manifest object this process signed (never bytes read back),
+        and one ``stat`` saying its file was not removed or replaced (gc, quarantine, a
+        deleted store), in which case :meth:`Store.find` decides.  Its blobs are read and
+        verified as for any restore.  None also while a save is pending (a newer one of
+        the key may be on its way), and for a key whose last load failed.
+        """
+        known = self._committed.get((cell_id, key))
+        if known is None:
+            return None
+        m, ident = known
+        if background.pending(self.store.root) or self.store.healing(cell_id, key):
+            return None
+        try:
+            st = os.stat(m.path)  # type: ignore[arg-type]
+        except OSError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != ident:
+            del self._committed[(cell_id, key)]
+            return None
+        return m if accept(m) else None
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every save of this engine's store is durable (``%checkpoint wait``).
@@ -542,12 +589,15 @@ class Engine:
         manifest = None
         fresh = file_deps.FreshFiles()
         try:
-            manifest = self.store.find(opts.cell_id, plan.key, accept=fresh)
+            manifest = self._own_checkpoint(opts.cell_id, plan.key, fresh)
+            if manifest is None:
+                manifest = self.store.find(opts.cell_id, plan.key, accept=fresh)
             if manifest is None:
                 plan.stale = fresh.first
                 return None
             loaded = restoring.load(self.store, manifest)
         except StoreError as exc:
+            self._committed.pop((opts.cell_id, plan.key), None)
             if manifest is not None:
                 shared_objects(self.store.location).forget(manifest.id)
             host.message(f"{PREFIX}{exc}")
@@ -700,6 +750,8 @@ class Engine:
         )
         if job is None:
             self.record(outcome, opts.cell_id, host)
+            if status == "executed":
+                self._note_committed(opts.cell_id, saved.manifest)
         else:
             self._later(job, outcome, opts, host, short, sorted(values), confirmed)
         # Shown from the recorded data, so a later restore shows exactly this (a repr may

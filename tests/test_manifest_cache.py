@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import spy
 
 from ipy_resume.store import ManifestError, Store, StoreError, Untrusted, manifest
 from ipy_resume.store import store as store_module
@@ -29,15 +29,7 @@ def _fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The manifest files the store reads (an observing wrapper)."""
-    seen: list[str] = []
-    real = store_module._read_fd
-
-    def spy(name: str) -> Any:
-        seen.append(name)
-        return real(name)
-
-    monkeypatch.setattr(store_module, "_read_fd", spy)
-    return seen
+    return spy(monkeypatch, store_module, "_read_fd")
 
 
 def _settle(monkeypatch: pytest.MonkeyPatch) -> None:
