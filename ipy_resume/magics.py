@@ -37,6 +37,23 @@ from .store.journal import OUTCOME_PAYLOAD
 
 _MEMO_MAX = 512  # option lines and cell texts remembered (each memo is cleared when full)
 _MEMO_CHARS = 1 << 16  # longer cells are transformed afresh each time
+# IPython's static transforms, by name: a cell none of them can change is left as it is
+_KNOWN_STEPS = (
+    "leading_empty_lines",
+    "leading_indent",
+    "PromptStripper",
+    "PromptStripper",
+    "cell_magic",
+    "MagicAssign",
+    "SystemAssign",
+    "EscapedCommand",
+    "HelpEnd",
+)
+# what any of them acts on: a magic, a shell escape, help, a prompt, an autocall escape at
+# the start of a line, or a line of blanks (dedent empties it)
+_TRANSFORMED = re.compile(
+    r"[%!?\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]|>>>|\.\.\.|In \[|^[ \t]*[,;/]|^[ \t]+$", re.MULTILINE
+)
 # a word the magic's argument splitting keeps as it is: no quote, escape or comment
 _PLAIN_WORD = re.compile(r"[^\s'\"\\#]+")
 
@@ -176,6 +193,21 @@ def _ipython_own(step: Any) -> bool:
     return str(getattr(step, "__module__", "")).startswith("IPython.")
 
 
+def _untouched(cell: str, steps: tuple[Any, ...]) -> str | None:
+    """*cell* as IPython's own static transforms give it back when none of them applies
+    (plain Python: most cells), found without tokenizing it; None when one may apply.
+
+    >>> m = TransformerManager()
+    >>> steps = (*m.cleanup_transforms, *m.line_transforms, *m.token_transformers)
+    >>> _untouched("y = x + 1", steps), _untouched("files = !ls", steps)
+    ('y = x + 1\\n', None)
+    """
+    names = tuple(getattr(step, "__name__", type(step).__name__) for step in steps)
+    if names != _KNOWN_STEPS or not cell or cell[0].isspace() or _TRANSFORMED.search(cell):
+        return None
+    return cell if cell.endswith("\n") else cell + "\n"
+
+
 def _names(value: str | None, option: str) -> list[str]:
     if not value:
         return []
@@ -271,7 +303,7 @@ class CheckpointMagics(Magics):
         key = (cell, tuple(map(id, steps)))
         static = self._static.get(key)
         if static is None:
-            static = manager.transform_cell(cell)
+            static = _untouched(cell, steps) or manager.transform_cell(cell)
             if len(self._static) >= _MEMO_MAX:
                 self._static.clear()
             self._static[key] = static

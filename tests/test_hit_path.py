@@ -294,3 +294,47 @@ def test_identities_of_flat_values_are_the_containers() -> None:
     assert codecs.identities([nested]) == {id(nested), id(nested[0])}
     assert codecs.flat(floats) and codecs.flat(table) and not codecs.flat(nested)
     assert not codecs.flat([np.float64(1.0)])  # a subclass: walked as before
+
+
+TRICKY = [
+    "y = x + 1",
+    "y = x + 1\n",
+    "\ny = 1",
+    "  y = 1\n  z = 2",
+    "y = 1\n   \nz = 2",
+    "y = 1\n\t\nz = 2",
+    "f(1,\n,2)",
+    "x = 1\n/f 2",
+    "x = 1\n;f a b",
+    "s = 'In [1]: x'",
+    "x = ...",
+    "a = b # 100%",
+    "a = b\r\nc = d",
+    "a = 'x\x0c,y'",
+    "def f():\n    return 1\n\nclass A:\n    pass",
+    "s = '''\n>>> 1\n'''",
+    "print('done')  # no trigger",
+]
+
+
+def test_plain_python_is_left_as_ipython_leaves_it(shell: InteractiveShell) -> None:
+    import json
+
+    from ipy_resume.magics import _untouched
+
+    manager = shell.input_transformer_manager
+    steps = (*manager.cleanup_transforms, *manager.line_transforms, *manager.token_transformers)
+    cells = list(TRICKY) + BODIES
+    for notebook in sorted((Path(__file__).parent / "corpus").glob("*.ipynb")):
+        for c in json.loads(notebook.read_text())["cells"]:
+            if c["cell_type"] == "code":
+                source = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                cells.append(source.partition("\n")[2] if source.startswith("%%") else source)
+    taken = 0
+    for cell in cells:
+        quick = _untouched(cell, steps)
+        if quick is not None:
+            taken += 1
+            assert quick == manager.transform_cell(cell), cell
+    assert taken > len(cells) // 2  # most cells are plain Python
+    assert _untouched("y = x + 1", steps[1:]) is None  # another set of transforms: not known
