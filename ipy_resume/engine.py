@@ -20,7 +20,7 @@ import types
 import uuid
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import file_deps, restoring, rng, settings
@@ -267,9 +267,9 @@ class Engine:
         # saves are made durable by the background writer (store/background.py) when this
         # is True, or None and $IPY_RESUME_BACKGROUND is not 0, and the budget allows
         self.background: bool | None = None
-        # (cell_id, key) -> the complete checkpoint this engine committed for it, durable, and
-        # the (device, inode) of its manifest file then: see _own_checkpoint
-        self._committed: dict[tuple[str, str], tuple[Manifest, tuple[int, int]]] = {}
+        # (cell_id, key) -> the manifest file of the complete checkpoint this engine committed
+        # for it (durable): see _own_checkpoint
+        self._committed: dict[tuple[str, str], PurePath] = {}
 
     def record(
         self,
@@ -393,40 +393,35 @@ class Engine:
         background.attach(job, done, notify)
 
     def _note_committed(self, cell_id: str, m: Manifest) -> None:
-        """Remember *m*, a complete checkpoint this engine committed (durable now)."""
+        """Remember where *m*, a complete checkpoint this engine committed (durable now), is."""
         if m.path is None or not self.store.backend.local_files:
-            return  # (a bucket's manifest has no file to check with one stat)
-        try:
-            st = os.stat(m.path)
-        except OSError:
-            return
+            return  # (a bucket lists every time: see Store._key_files)
         if len(self._committed) >= _COMMITTED_MAX:
             self._committed.clear()
-        self._committed[(cell_id, m.key)] = (m, (st.st_dev, st.st_ino))
+        self._committed[(cell_id, m.key)] = m.path
 
     def _own_checkpoint(
         self, cell_id: str, key: str, accept: Callable[[Manifest], bool]
     ) -> Manifest | None:
-        """The checkpoint of (cell_id, key) this engine committed itself, while its manifest
-        file is still in place: a hit in the process that saved it lists and reads nothing.
+        """The checkpoint of (cell_id, key) this engine committed itself, read from the
+        manifest file it published: a hit in the process that saved it lists no folder.
 
-        What it trusts: the manifest object this process signed (never bytes read back),
-        and one ``stat`` saying its file was not removed or replaced (gc, quarantine, a
-        deleted store), in which case :meth:`Store.find` decides.  Its blobs are read and
-        verified as for any restore.  None also while a save is pending (a newer one of
-        the key may be on its way), and for a key whose last load failed.
+        The file is read and verified as any manifest lookup reads it (the store's cache
+        of verified manifests, see docs/guarantees.md); None, and :meth:`Store.find`
+        decides, when it is gone, damaged or no longer that checkpoint, while a save is
+        pending (a newer one of the key may be on its way), for a key whose last load
+        failed, and when the files the cell read have changed.
         """
-        known = self._committed.get((cell_id, key))
-        if known is None:
+        path = self._committed.get((cell_id, key))
+        if path is None:
             return None
-        m, ident = known
         if background.pending(self.store.root) or self.store.healing(cell_id, key):
             return None
         try:
-            st = os.stat(m.path)  # type: ignore[arg-type]
-        except OSError:
-            st = None
-        if st is None or (st.st_dev, st.st_ino) != ident:
+            m = self.store._read(path, quick=True)
+        except (OSError, StoreError):
+            m = None
+        if m is None or m.cell_id != cell_id or m.key != key or not m.complete:
             del self._committed[(cell_id, key)]
             return None
         return m if accept(m) else None

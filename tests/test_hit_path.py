@@ -223,18 +223,22 @@ def _cell(i: int) -> str:
     return f"%%checkpoint own{i} --quiet\nv{i} = [t * 0.5 + {i} for t in base]"
 
 
-def test_a_hit_on_a_checkpoint_saved_here_reads_no_manifest(
+def test_a_hit_on_a_checkpoint_saved_here_lists_nothing(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from conftest import spy
 
     shell.run_cell("base = [float(i) for i in range(10)]")
     assert shell.run_cell(_cell(1)).success
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (saved,) = engine.store.manifests()
     shell.run_cell("v1.append('changed after the save'); w = v1")
     reads = spy(monkeypatch, store_module, "_read_fd")
     lists = spy(monkeypatch, store_module.Store, "_manifest_paths")
     assert shell.run_cell(_cell(1)).success
-    assert reads == [] and lists == []
+    # its own manifest file only, compared with the bytes it signed: no folder listed
+    assert lists == [] and reads == [str(saved.path)]
     assert shell.user_ns["v1"] == [t * 0.5 + 1 for t in range(10)]
     assert shell.user_ns["v1"] is not shell.user_ns["w"]  # a fresh object, as saved
 
