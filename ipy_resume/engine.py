@@ -408,15 +408,17 @@ class Engine:
 
         The file is read and verified as any manifest lookup reads it (the store's cache
         of verified manifests, see docs/guarantees.md); None, and :meth:`Store.find`
-        decides, when it is gone, damaged or no longer that checkpoint, while a save is
-        pending (a newer one of the key may be on its way), for a key whose last load
+        decides, when it is gone, damaged or no longer that checkpoint, while a save of
+        this key is pending (a newer one may be on its way), for a key whose last load
         failed, and when the files the cell read have changed.
         """
         path = self._committed.get((cell_id, key))
         if path is None:
             return None
-        if background.pending(self.store.root) or self.store.healing(cell_id, key):
-            return None
+        if self.store.healing(cell_id, key) or any(
+            job.key == (cell_id, key) for job in background.pending(self.store.root)
+        ):
+            return None  # (a save of this key on its way: find waits for it)
         try:
             m = self.store._read(path, quick=True)
         except (OSError, StoreError):
