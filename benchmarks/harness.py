@@ -152,6 +152,15 @@ def quiet() -> Iterator[tuple[io.StringIO, io.StringIO]]:
         yield out, err
 
 
+_last_cpu = [0.0]
+
+
+def last_cpu() -> float:
+    """CPU seconds the calling thread spent in the latest :func:`run` (the kernel's own
+    work, without the time other threads and processes took the CPU from it)."""
+    return _last_cpu[0]
+
+
 def run(shell: Any, code: str, label: str = "") -> float:
     """Run one cell through the shell exactly as a notebook does; seconds taken.
 
@@ -159,7 +168,9 @@ def run(shell: Any, code: str, label: str = "") -> float:
     """
     with quiet() as (out, err):
         started = time.perf_counter()
+        cpu = time.thread_time()
         result = shell.run_cell(code, store_history=True)
+        _last_cpu[0] = time.thread_time() - cpu
         elapsed = time.perf_counter() - started
     if not result.success:
         error = result.error_in_exec or result.error_before_exec

@@ -160,6 +160,8 @@ PEER_METRICS = [
     ("4", "hit_s", "s", "10M-row DataFrame: restore"),
     ("5", "miss_overhead_s", "s", "small cell: overhead per miss"),
     ("5", "hit_overhead_s", "s", "small cell: overhead per hit"),
+    ("5", "miss_cpu_overhead_s", "s", "  kernel-thread CPU per miss"),
+    ("5", "hit_cpu_overhead_s", "s", "  kernel-thread CPU per hit"),
     ("6", "again_s", "s", "Run all after restart (3 GB state)"),
     ("7", "disk_bytes", "bytes", "20 checkpoints of 500 MB state: disk"),
     ("7", "step_s", "s", "  time per checkpoint step"),

@@ -20,7 +20,7 @@ import types
 import uuid
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import file_deps, restoring, rng, settings
@@ -31,6 +31,7 @@ from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError, background, location
 from .store.journal import Event
 from .store.location import default_store_dir
+from .store.manifest import Manifest
 from .units import format_size
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ durable.  A smaller one is waited for up to :data:`STATUS_WAIT` seconds, so its 
 status goes to a cell badge, is never waited for: its bytes are handed to the OS before the cell returns (staged), so a kernel that dies
 next loses nothing."""
 STATUS_WAIT = 2.0
+_COMMITTED_MAX = 4096  # checkpoints an engine remembers committing (forgotten all at once)
 ABSENT = "absent"
 PREFIX = "ipy_resume: "
 
@@ -267,6 +269,9 @@ class Engine:
         # saves are made durable by the background writer (store/background.py) when this
         # is True, or None and $IPY_RESUME_BACKGROUND is not 0, and the budget allows
         self.background: bool | None = None
+        # (cell_id, key) -> the manifest file of the complete checkpoint this engine committed
+        # for it (durable): see _own_checkpoint
+        self._committed: dict[tuple[str, str], PurePath] = {}
 
     def record(
         self,
@@ -348,6 +353,7 @@ class Engine:
         self.last_outcome = outcome
         event = self._event(outcome, opts.cell_id)
         self.last_event = event.event_id
+        manifest = job.snapshot.manifest
         write = _stderr_writer()
         listed = ", ".join(names) or "no names"
 
@@ -371,6 +377,8 @@ class Engine:
             if job.error is None:
                 event.bytes = outcome.bytes = job.bytes_written
                 outcome.io = job.seconds
+                if outcome.status == "executed":
+                    self._note_committed(opts.cell_id, manifest)
             else:
                 shared_objects(self.store.root).forget(outcome.checkpoint_id or "")
                 event.outcome = outcome.status = "failed"
@@ -385,6 +393,42 @@ class Engine:
             self._append(event, host, advance=False)
 
         background.attach(job, done, notify)
+
+    def _note_committed(self, cell_id: str, m: Manifest) -> None:
+        """Remember where *m*, a complete checkpoint this engine committed (durable now), is."""
+        if m.path is None or not self.store.backend.local_files:
+            return  # (a bucket lists every time: see Store._key_files)
+        if len(self._committed) >= _COMMITTED_MAX:
+            self._committed.clear()
+        self._committed[(cell_id, m.key)] = m.path
+
+    def _own_checkpoint(
+        self, cell_id: str, key: str, accept: Callable[[Manifest], bool]
+    ) -> Manifest | None:
+        """The checkpoint of (cell_id, key) this engine committed itself, read from the
+        manifest file it published: a hit in the process that saved it lists no folder.
+
+        The file is read and verified as any manifest lookup reads it (the store's cache
+        of verified manifests, see docs/guarantees.md); None, and :meth:`Store.find`
+        decides, when it is gone, damaged or no longer that checkpoint, while a save of
+        this key is pending (a newer one may be on its way), for a key whose last load
+        failed, and when the files the cell read have changed.
+        """
+        path = self._committed.get((cell_id, key))
+        if path is None:
+            return None
+        if self.store.healing(cell_id, key) or any(
+            job.key == (cell_id, key) for job in background.pending(self.store.root)
+        ):
+            return None  # (a save of this key on its way: find waits for it)
+        try:
+            m = self.store._read(path, quick=True)
+        except (OSError, StoreError):
+            m = None
+        if m is None or m.cell_id != cell_id or m.key != key or not m.complete:
+            del self._committed[(cell_id, key)]
+            return None
+        return m if accept(m) else None
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every save of this engine's store is durable (``%checkpoint wait``).
@@ -544,12 +588,15 @@ class Engine:
         manifest = None
         fresh = file_deps.FreshFiles()
         try:
-            manifest = self.store.find(opts.cell_id, plan.key, accept=fresh)
+            manifest = self._own_checkpoint(opts.cell_id, plan.key, fresh)
+            if manifest is None:
+                manifest = self.store.find(opts.cell_id, plan.key, accept=fresh)
             if manifest is None:
                 plan.stale = fresh.first
                 return None
             loaded = restoring.load(self.store, manifest)
         except StoreError as exc:
+            self._committed.pop((opts.cell_id, plan.key), None)
             if manifest is not None:
                 shared_objects(self.store.location).forget(manifest.id)
             host.message(f"{PREFIX}{exc}")
@@ -704,6 +751,8 @@ class Engine:
         )
         if job is None:
             self.record(outcome, opts.cell_id, host)
+            if status == "executed":
+                self._note_committed(opts.cell_id, saved.manifest)
         else:
             self._later(job, outcome, opts, host, short, sorted(values), confirmed)
         # Shown from the recorded data, so a later restore shows exactly this (a repr may

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -36,6 +37,25 @@ from .store.journal import OUTCOME_PAYLOAD
 
 _MEMO_MAX = 512  # option lines and cell texts remembered (each memo is cleared when full)
 _MEMO_CHARS = 1 << 16  # longer cells are transformed afresh each time
+# IPython's static transforms, by name: a cell none of them can change is left as it is
+_KNOWN_STEPS = (
+    "leading_empty_lines",
+    "leading_indent",
+    "PromptStripper",
+    "PromptStripper",
+    "cell_magic",
+    "MagicAssign",
+    "SystemAssign",
+    "EscapedCommand",
+    "HelpEnd",
+)
+# what any of them acts on: a magic, a shell escape, help, a prompt, an autocall escape at
+# the start of a line, or a line of blanks (dedent empties it)
+_TRANSFORMED = re.compile(
+    r"[%!?\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]|>>>|\.\.\.|In \[|^[ \t]*[,;/]|^[ \t]+$", re.MULTILINE
+)
+# a word the magic's argument splitting keeps as it is: no quote, escape or comment
+_PLAIN_WORD = re.compile(r"[^\s'\"\\#]+")
 
 LINE_USAGE = (
     "usage: %checkpoint list | show TARGET | restore TARGET | verify | stats | "
@@ -173,6 +193,21 @@ def _ipython_own(step: Any) -> bool:
     return str(getattr(step, "__module__", "")).startswith("IPython.")
 
 
+def _untouched(cell: str, steps: tuple[Any, ...]) -> str | None:
+    """*cell* as IPython's own static transforms give it back when none of them applies
+    (plain Python: most cells), found without tokenizing it; None when one may apply.
+
+    >>> m = TransformerManager()
+    >>> steps = (*m.cleanup_transforms, *m.line_transforms, *m.token_transformers)
+    >>> _untouched("y = x + 1", steps), _untouched("files = !ls", steps)
+    ('y = x + 1\\n', None)
+    """
+    names = tuple(getattr(step, "__name__", type(step).__name__) for step in steps)
+    if names != _KNOWN_STEPS or not cell or cell[0].isspace() or _TRANSFORMED.search(cell):
+        return None
+    return cell if cell.endswith("\n") else cell + "\n"
+
+
 def _names(value: str | None, option: str) -> list[str]:
     if not value:
         return []
@@ -220,6 +255,7 @@ class CheckpointMagics(Magics):
         self._resolved: dict[tuple[str | None, str | None, str], Engine] = {}
         self._parsed: dict[str, dict[str, Any]] = {}  # %%checkpoint line -> its options
         self._static: dict[tuple[str, tuple[int, ...]], str] = {}  # see _transform
+        self._switches: tuple[dict[str, Any], dict[str, str]] | None = None  # see _quick_parse
 
     def engine(self, store_dir: Path | str | None = None) -> Engine:
         """The engine of *store_dir* (default store when None), created on first use.
@@ -267,7 +303,7 @@ class CheckpointMagics(Magics):
         key = (cell, tuple(map(id, steps)))
         static = self._static.get(key)
         if static is None:
-            static = manager.transform_cell(cell)
+            static = _untouched(cell, steps) or manager.transform_cell(cell)
             if len(self._static) >= _MEMO_MAX:
                 self._static.clear()
             self._static[key] = static
@@ -379,7 +415,7 @@ class CheckpointMagics(Magics):
         """
         parsed = self._parsed.get(line)
         if parsed is None:
-            parsed = self._parse(line)
+            parsed = self._quick_parse(line) or self._parse(line)
             if len(self._parsed) >= _MEMO_MAX:
                 self._parsed.clear()
             self._parsed[line] = parsed
@@ -387,6 +423,29 @@ class CheckpointMagics(Magics):
         return CheckpointOptions(
             **{**parsed, **lists}, label=self.auto.labels.get(parsed["cell_id"])
         )
+
+    def _quick_parse(self, line: str) -> dict[str, Any] | None:
+        """The options of a line made of a CELL_ID and on/off switches (``train --quiet``),
+        without argparse; None for any other line, which :meth:`_parse` reads.
+
+        Only exact switch names and words the argument splitting leaves alone are taken,
+        so the result is the one argparse gives (tests compare the two).
+        """
+        words = line.split()
+        if not words or words[0].startswith("-") or not all(map(_PLAIN_WORD.fullmatch, words)):
+            return None
+        if self._switches is None:
+            parser = self.checkpoint.parser
+            switches = {
+                option: action.dest
+                for option, action in parser._option_string_actions.items()
+                if action.nargs == 0 and action.const is True and action.default is False
+            }
+            self._switches = (self._parse("cell"), switches)
+        defaults, switches = self._switches
+        if not all(word in switches for word in words[1:]):
+            return None
+        return {**defaults, "cell_id": words[0], **{switches[w]: True for w in words[1:]}}
 
     def _parse(self, line: str) -> dict[str, Any]:
         args = parse_argstring(self.checkpoint, line)

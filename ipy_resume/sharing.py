@@ -218,14 +218,15 @@ class SharedObjects:
     def restored(self, manifest: Manifest, values: Mapping[str, object]) -> None:
         """Make the fingerprints of *values* (restored from *manifest*) stand for the saved ones.
 
-        Costs one fingerprint per pickled value other than an array (arrays round-trip exactly).
+        Costs one fingerprint per pickled value other than an array or a :func:`codecs.flat` one
+        (those round-trip exactly).
         """
         saved = manifest.info.get("fingerprints") or {}
         fp = Fingerprinter()
         for name, value in values.items():
             digest = saved.get(name)
-            if not isinstance(digest, str) or isinstance(value, np.ndarray):
-                continue  # arrays round-trip exactly
+            if not isinstance(digest, str) or isinstance(value, np.ndarray) or codecs.flat(value):
+                continue  # arrays, and atoms and flat containers of them, round-trip exactly
             try:
                 now = fp.digest(value)
             except Unfingerprintable:

@@ -62,6 +62,23 @@ def shell(isolated: Path) -> Iterator[InteractiveShell]:
     InteractiveShell.clear_instance()
 
 
+def spy(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[Any]:
+    """Wrap ``module.name`` so every call still runs it; returns the list of the first
+    argument of each call (an observing wrapper, undone when the test ends).
+
+    >>> seen = spy(monkeypatch, pending, "_load")  # doctest: +SKIP
+    """
+    seen: list[Any] = []
+    real = getattr(module, name)
+
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[0] if args else None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, observed)
+    return seen
+
+
 def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """Environment for a child Python that shares this test's store and key."""
     env = dict(os.environ)

@@ -189,3 +189,156 @@ def test_a_name_moved_on_is_not_linked_however_many_entries(tmp_path: Path) -> N
     assert id(old) not in found
     assert id(namespace["n6"]) in found and id(namespace["x"]) in found
     assert "n5" not in shared.holders({id(old)}, {id(old)})
+
+
+QUICK_LINES = [
+    "c",
+    " c --quiet",
+    "a.b-c --force --quiet --explain --no-seed --no-file-deps",
+    "c --quiet --quiet",
+    "é --force",
+    "c --qui",  # an abbreviation: argparse's
+    "c --seed 3",
+    "'a b' --quiet",
+    "c --salt x#y",
+    "c --inputs a,b --quiet",
+    "--quiet c",
+]
+
+
+@pytest.mark.parametrize("line", QUICK_LINES)
+def test_options_read_without_argparse_are_argparses(shell: InteractiveShell, line: str) -> None:
+    m = magics_of(shell)
+    quick = m._quick_parse(line)
+    try:
+        slow = m._parse(line)
+    except UsageError:
+        assert quick is None
+        return
+    assert quick is None or quick == slow
+    assert m._options(line) == m._options(line)
+
+
+def _cell(i: int) -> str:
+    return f"%%checkpoint own{i} --quiet\nv{i} = [t * 0.5 + {i} for t in base]"
+
+
+def test_a_hit_on_a_checkpoint_saved_here_lists_nothing(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import spy
+
+    shell.run_cell("base = [float(i) for i in range(10)]")
+    assert shell.run_cell(_cell(1)).success
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (saved,) = engine.store.manifests()
+    shell.run_cell("v1.append('changed after the save'); w = v1")
+    reads = spy(monkeypatch, store_module, "_read_fd")
+    lists = spy(monkeypatch, store_module.Store, "_manifest_paths")
+    assert shell.run_cell(_cell(1)).success
+    # its own manifest file only, compared with the bytes it signed: no folder listed
+    assert lists == [] and reads == [str(saved.path)]
+    assert shell.user_ns["v1"] == [t * 0.5 + 1 for t in range(10)]
+    assert shell.user_ns["v1"] is not shell.user_ns["w"]  # a fresh object, as saved
+
+
+def test_a_checkpoint_saved_here_and_removed_since_is_not_restored(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell("base = [1.0, 2.0]")
+    shell.run_cell(_cell(2))
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (found,) = engine.store.manifests()
+    assert found.path is not None
+    Path(found.path).unlink()
+    capsys.readouterr()
+    shell.run_cell(_cell(2).replace("--quiet", ""))
+    assert "executed 'own2'" in capsys.readouterr().err
+    # replaced by another file of the same name: that one is read and verified
+    (again,) = engine.store.manifests()
+    assert again.path is not None
+    data = Path(again.path).read_bytes()
+    Path(again.path).unlink()
+    Path(again.path).write_bytes(data.replace(b'"complete": true', b'"complete": false'))
+    shell.run_cell(_cell(2).replace("--quiet", ""))
+    err = capsys.readouterr().err
+    assert "restored 'own2'" not in err and "executed 'own2'" in err
+
+
+def test_a_corrupt_blob_of_a_checkpoint_saved_here_is_caught(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell("base = [1.0, 2.0]")
+    shell.run_cell(_cell(3))
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (found,) = engine.store.manifests()
+    ref = found.values["v3"]
+    blob = Path(engine.store.blob_path(ref.blob))
+    data = bytearray(blob.read_bytes())
+    data[ref.offset] ^= 0xFF
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+    shell.run_cell("del v3")
+    capsys.readouterr()
+    shell.run_cell(_cell(3).replace("--quiet", ""))
+    err = capsys.readouterr().err
+    assert "corrupt" in err and "executed 'own3'" in err
+    assert shell.user_ns["v3"] == [t * 0.5 + 3 for t in (1.0, 2.0)]
+
+
+def test_identities_of_flat_values_are_the_containers() -> None:
+    from ipy_resume.store import codecs
+
+    floats, table, nested = [0.5] * 100, {"a": 1, "b": "x"}, [[1.0], (2, "s")]
+    assert codecs.identities([floats]) == {id(floats)}
+    assert codecs.identities([table]) == {id(table)}
+    assert codecs.identities([nested]) == {id(nested), id(nested[0])}
+    assert codecs.flat(floats) and codecs.flat(table) and not codecs.flat(nested)
+    assert not codecs.flat([np.float64(1.0)])  # a subclass: walked as before
+
+
+TRICKY = [
+    "y = x + 1",
+    "y = x + 1\n",
+    "\ny = 1",
+    "  y = 1\n  z = 2",
+    "y = 1\n   \nz = 2",
+    "y = 1\n\t\nz = 2",
+    "f(1,\n,2)",
+    "x = 1\n/f 2",
+    "x = 1\n;f a b",
+    "s = 'In [1]: x'",
+    "x = ...",
+    "a = b # 100%",
+    "a = b\r\nc = d",
+    "a = 'x\x0c,y'",
+    "def f():\n    return 1\n\nclass A:\n    pass",
+    "s = '''\n>>> 1\n'''",
+    "print('done')  # no trigger",
+]
+
+
+def test_plain_python_is_left_as_ipython_leaves_it(shell: InteractiveShell) -> None:
+    import json
+
+    from ipy_resume.magics import _untouched
+
+    manager = shell.input_transformer_manager
+    steps = (*manager.cleanup_transforms, *manager.line_transforms, *manager.token_transformers)
+    cells = list(TRICKY) + BODIES
+    for notebook in sorted((Path(__file__).parent / "corpus").glob("*.ipynb")):
+        for c in json.loads(notebook.read_text())["cells"]:
+            if c["cell_type"] == "code":
+                source = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                cells.append(source.partition("\n")[2] if source.startswith("%%") else source)
+    taken = 0
+    for cell in cells:
+        quick = _untouched(cell, steps)
+        if quick is not None:
+            taken += 1
+            assert quick == manager.transform_cell(cell), cell
+    assert taken > len(cells) // 2  # most cells are plain Python
+    assert _untouched("y = x + 1", steps[1:]) is None  # another set of transforms: not known

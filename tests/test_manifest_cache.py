@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import spy
 
 from ipy_resume.store import ManifestError, Store, StoreError, Untrusted, manifest
 from ipy_resume.store import backend as backend_module
@@ -31,15 +31,7 @@ def _fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The manifest files the store reads (an observing wrapper of the folder backend's
     one read of a file and its status)."""
-    seen: list[str] = []
-    real = backend_module._read_fd
-
-    def spy(name: str) -> Any:
-        seen.append(name)
-        return real(name)
-
-    monkeypatch.setattr(backend_module, "_read_fd", spy)
-    return seen
+    return spy(monkeypatch, backend_module, "_read_fd")
 
 
 def _settle(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import spy
 
 from ipy_resume.store import Store, fsio, pending, signing
 from ipy_resume.store.journal import RECOVERED
@@ -175,14 +176,7 @@ def test_the_scan_before_a_read_skips_this_processs_own_records_unread(
     other = store.snapshot("d", KEY, {"b": np.arange(10.0)})
     other.stage()
     assert other.record is not None
-    loads: list[Path] = []
-    real_load = pending._load
-
-    def counting_load(path: Path) -> Any:
-        loads.append(path)
-        return real_load(path)
-
-    monkeypatch.setattr(pending, "_load", counting_load)
+    loads = spy(monkeypatch, pending, "_load")
     for _ in range(3):
         assert pending.recover(Store(root)).finished == []
     assert loads == []

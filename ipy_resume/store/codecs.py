@@ -666,6 +666,26 @@ class PickledGroup(Pickled):
 _NO_IDENTITY = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, type)
 _PLAIN_CONTAINERS = frozenset({list, dict, set, bytearray})
 _MEMBERS_MAX = 20_000  # objects walked per save or restore to find what values share (~0.1 s)
+_ATOMS = frozenset({str, bytes, int, float, complex, bool, type(None)})  # exact types only
+_FLAT = frozenset({list, tuple, set, frozenset})
+
+
+def flat(value: Any) -> bool:
+    """True for an atom (a number, a string, bytes, None) or one list, tuple, set or dict
+    of atoms: a value that holds nothing with an identity of its own, and that a pickle
+    round trip gives back equal, item for item.
+
+    >>> flat([1.5, "a", None]), flat({"a": 1}), flat([[1]]), flat(True)
+    (True, True, False, True)
+    """
+    kind = type(value)
+    if kind in _ATOMS:
+        return True
+    if kind in _FLAT:
+        return set(map(type, value)) <= _ATOMS
+    if kind is dict:
+        return set(map(type, value)) <= _ATOMS and set(map(type, value.values())) <= _ATOMS
+    return False
 
 
 def _mpl_artist() -> type | None:
@@ -725,6 +745,8 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
         # Inside an artist, lists and dicts are often rc values every artist shares.
         if not (in_artist and type(obj) in _PLAIN_CONTAINERS):
             out.add(key)
+        if type(obj) in _PLAIN_CONTAINERS and flat(obj):
+            continue  # its items have no identity: not worth a step each (a list of floats)
         todo.extend((child, in_artist) for child in gc.get_referents(obj))
     return out
 
