@@ -526,7 +526,7 @@ def sibling_roots(values: Any) -> set[int]:
         and root.flags.writeable
         and not root.dtype.hasobject
         and (root.flags.c_contiguous or root.flags.f_contiguous)
-        and root.nbytes <= max(_ROOT_SLACK_MIN, 2 * total)
+        and root.nbytes <= max(ROOT_SLACK_MIN, 2 * total)
     }
 
 
@@ -665,6 +665,35 @@ def _mpl_artist() -> type | None:
     return getattr(module, "Artist", None)
 
 
+# What an Index holds besides its values and name: caches derived from the values (its
+# engine, hash tables, a RangeIndex's materialised array), a token views share, and the
+# copy-on-write bookkeeping.  None of it is state a write could show through another name.
+_INDEX_DERIVED = frozenset({"_cache", "_id", "_references"})
+
+
+def _pandas_rules() -> tuple[tuple[type, ...], type | None]:
+    """(types that are no evidence, the Index type), for a pandas already imported.
+
+    Dtypes (``CategoricalDtype`` with its categories, ``StringDtype``) are immutable values
+    pandas caches and hands to every column of that type; ``BlockValuesRefs`` is
+    copy-on-write bookkeeping that links views of one block, and with copy-on-write no
+    write shows through such a view.
+    """
+    extensions = sys.modules.get("pandas.api.extensions")
+    internals = sys.modules.get("pandas._libs.internals")
+    pandas = sys.modules.get("pandas")
+    skip = tuple(
+        t
+        for t in (
+            getattr(extensions, "ExtensionDtype", None),
+            getattr(internals, "BlockValuesRefs", None),
+        )
+        if isinstance(t, type)
+    )
+    index = getattr(pandas, "Index", None)
+    return skip, index if isinstance(index, type) else None
+
+
 def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     """Evidence of what *values* hold: ids of the objects in them that have an identity.
 
@@ -672,8 +701,9 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     counts nor enters what every value shares: numbers, strings, types, functions, modules'
     own objects, read-only arrays, and matplotlib's internals below an artist (transforms,
     paths, fonts).  Tuples are entered but not counted; plain lists and dicts inside an
-    artist are not counted (they are often rc values every artist shares).  A writeable array
-    also counts by the address of the memory it views.
+    artist are not counted (they are often rc values every artist shares).  Nor are pandas's
+    dtypes, its copy-on-write bookkeeping, or an Index's caches (an Index itself counts).  A
+    writeable array also counts by the address of the memory it views.
 
     >>> shared = [1]; box = type("Box", (), {})(); box.items = shared
     >>> identities([box, "text", 3]) == {id(box), id(shared)}  # not the string, not 3
@@ -681,6 +711,7 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     """
     out: set[int] = set()
     artist = _mpl_artist()
+    pandas_skip, pandas_index = _pandas_rules()
     seen: set[int] = set(skip or ())  # (objects written as links: their insides are theirs)
     todo: list[tuple[Any, bool]] = [(v, False) for v in values]
     while todo:
@@ -698,6 +729,14 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
             continue
         if callable(obj) or isinstance(obj, types.ModuleType):
             continue
+        if pandas_skip and isinstance(obj, pandas_skip):
+            continue
+        if pandas_index is not None and isinstance(obj, pandas_index):
+            out.add(key)  # its name can be set in place: shared, it stays shared
+            state = getattr(obj, "__dict__", None)
+            if isinstance(state, dict):
+                todo.extend((v, in_artist) for k, v in state.items() if k not in _INDEX_DERIVED)
+                continue
         if type(obj) is np.ndarray:
             if obj.flags.writeable:  # read-only: a cache a library hands to everyone
                 out.add(key)
@@ -755,7 +794,7 @@ def pickle_group(
         for address, (root, count, total) in pickler.view_roots.items()
         if address not in by_address
         and (count >= 2 or address in pickler.owners)
-        and root.nbytes <= max(_ROOT_SLACK_MIN, 2 * total)
+        and root.nbytes <= max(ROOT_SLACK_MIN, 2 * total)
     }
     if wanted:
         by_address = {**by_address, **wanted}
@@ -783,9 +822,7 @@ def pickle_group(
     return PickledGroup(stream, buffers, pickler.used, held, reached, roots, linked)
 
 
-_ROOT_SLACK_MIN = (
-    1 << 20
-)  # a shared memory up to this size is stored whole, however small the views
+ROOT_SLACK_MIN = 1 << 20  # a shared memory up to this size is stored whole, however small the views
 
 
 def _dump_group(
