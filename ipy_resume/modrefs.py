@@ -35,6 +35,7 @@ _SKIP_TYPES = (
     type,
 )
 
+_NOT_MODULE_OBJECTS = _VALUE_TYPES + _SKIP_TYPES  # (asked for every object a save pickles)
 _MAIN_NAMES = frozenset({"__main__", "__mp_main__"})
 _index: dict[int, tuple[str, str]] = {}
 _seen: set[str] = set()  # module names indexed so far
@@ -64,7 +65,7 @@ def _index_modules() -> None:
         except TypeError:
             continue
         for attr, obj in attrs:
-            if attr.startswith("__") or isinstance(obj, _VALUE_TYPES + _SKIP_TYPES):
+            if attr.startswith("__") or isinstance(obj, _NOT_MODULE_OBJECTS):
                 continue
             known = _index.get(id(obj))
             # Prefer the shortest (most public) path: scipy.stats.norm over its private home.
@@ -82,7 +83,7 @@ def lookup(obj: object) -> tuple[str, str] | None:
     >>> lookup([1, 2]) is None
     True
     """
-    if isinstance(obj, _VALUE_TYPES + _SKIP_TYPES) or type(obj).__module__ == "__main__":
+    if isinstance(obj, _NOT_MODULE_OBJECTS) or type(obj).__module__ == "__main__":
         return None  # values without identity, or the notebook's own objects
     if _indexed_modules != len(sys.modules):
         _index_modules()

@@ -285,7 +285,7 @@ class SharedObjects:
         reached = reached or set()
         if not members and not reached:
             return {}
-        matched: set[str] = set()  # checkpoints with a value that holds one of them
+        matched: set[str] = set()  # entries whose value holds one of them
         for tok, entry in self._entries.items():
             obj = entry.get()
             if obj is MISSING:
@@ -297,16 +297,53 @@ class SharedObjects:
                 or (id(obj) in reached and not isinstance(obj, _SCALAR_TYPES))
                 or self._holds(tok, entry, obj, members)
             ):
-                matched.add(tok.partition("/")[0])
-        # All the names of such a checkpoint, not only the one that matched: they share
-        # objects among themselves, and storing one of them again alone would part it from
-        # the others on a restore.
-        out: dict[str, object] = {}
+                matched.add(tok)
+        if not matched:
+            return {}
+        # With each, the other names of its checkpoint that share objects with it now,
+        # directly or through one another: storing it again alone would part it from them
+        # on a restore.  Names that share nothing with it stay where they are (a figure
+        # stored with a frame it never plotted is not stored again when the frame changes).
+        by_checkpoint: dict[str, list[tuple[str, _Entry, object]]] = {}
         for tok, entry in self._entries.items():
             obj = entry.get()
-            if obj is not MISSING and tok.partition("/")[0] in matched:
+            if obj is not MISSING:
+                by_checkpoint.setdefault(tok.partition("/")[0], []).append((tok, entry, obj))
+        out: dict[str, object] = {}
+        for rows in by_checkpoint.values():
+            hit = [row for row in rows if row[0] in matched]
+            if not hit:
+                continue
+            for _tok, entry, obj in self._sharing_with(hit, rows):
                 out.setdefault(entry.name, obj)
         return out
+
+    def _sharing_with(
+        self, hit: list[tuple[str, _Entry, object]], rows: list[tuple[str, _Entry, object]]
+    ) -> list[tuple[str, _Entry, object]]:
+        """The rows of one checkpoint connected to those in *hit* by objects they hold now."""
+        if len(hit) == len(rows):
+            return rows
+        held = {tok: self._held(tok, obj) for tok, _entry, obj in rows}
+        taken = {tok for tok, _entry, _obj in hit}
+        reach: set[int] = set().union(*(held[tok] for tok in taken))
+        grew = True
+        while grew:  # a few names per checkpoint: rounds until nothing joins
+            grew = False
+            for tok, _entry, _obj in rows:
+                if tok not in taken and not held[tok].isdisjoint(reach):
+                    taken.add(tok)
+                    reach |= held[tok]
+                    grew = True
+        return [row for row in rows if row[0] in taken]
+
+    def _held(self, tok: str, obj: object) -> set[int]:
+        """What *obj* (the value of entry *tok*) holds now, with itself: walked once per
+        operation."""
+        held = self._walked.get(tok)
+        if held is None:
+            held = self._walked[tok] = codecs.identities([obj])
+        return held if id(obj) in held or isinstance(obj, _VALUE_TYPES) else held | {id(obj)}
 
     def _holds(self, tok: str, entry: _Entry, obj: object, members: set[int]) -> bool:
         """Whether *obj* (the value of entry *tok*) holds one of the objects *members* now.
@@ -317,10 +354,7 @@ class SharedObjects:
         """
         if entry.members.isdisjoint(members):
             return False
-        held = self._walked.get(tok)
-        if held is None:
-            held = self._walked[tok] = codecs.identities([obj])
-        return not held.isdisjoint(members)
+        return not self._held(tok, obj).isdisjoint(members)
 
     def digest(self, value: object) -> str | None:
         """The hex fingerprint a save records for *value* (None when it has none)."""

@@ -307,3 +307,56 @@ def test_an_array_inside_a_value_and_a_name_standing_for_its_memory_stay_shared(
         "through": "-5.0",
     }
     _same_after_a_restore(tmp_path, [STOOD_FOR], STOOD_FOR_CHECKS, expected)
+
+
+class _Box:
+    def __init__(self) -> None:
+        self.items = [1]
+
+
+def _note(
+    store: Store, shared: SharedObjects, namespace: dict[str, object], cell: str, names: list[str]
+) -> list[str]:
+    """Save *names* as a checkpoint of *cell* with *shared* as its linker (as the engine
+    does); the names the checkpoint stored."""
+    shared.forget_checks()
+    values = {n: namespace[n] for n in names}
+    saved = store.save(cell, f"k-{cell}", values, linker=shared)
+    stored = sorted({*values, *saved.added})
+    shared.note(saved.manifest, {n: namespace[n] for n in stored}, namespace)
+    return stored
+
+
+def test_only_the_names_that_share_with_a_changed_object_are_stored_again(
+    tmp_path: Path,
+) -> None:
+    # One checkpoint holds a box, a list inside it under a name of its own, and a value that
+    # shares nothing with either: a later change of the box stores the first two again.
+    store = Store(tmp_path / "st", key=b"k" * 32)
+    shared = SharedObjects()
+    box = _Box()
+    ns: dict[str, object] = {"box": box, "items": box.items, "unrelated": {"k": [2, 3]}}
+    assert _note(store, shared, ns, "a", ["box", "items", "unrelated"]) == sorted(ns)
+    box.items.append(2)
+    assert _note(store, shared, ns, "b", ["box"]) == ["box", "items"]
+    # ...and through one another: 'tail' shares nothing with the box, but with 'items2'
+    again = _Box()
+    chain = {"box2": again, "items2": again.items, "tail": [again.items], "alone": [9]}
+    ns.update(chain)
+    assert _note(store, shared, ns, "c", list(chain)) == sorted(chain)
+    again.items.append(5)
+    assert _note(store, shared, ns, "d", ["box2"]) == ["box2", "items2", "tail"]
+
+
+def test_pandas_dtypes_and_index_caches_are_no_evidence_but_an_index_is(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    from ipy_resume.store import codecs
+
+    frame = pd.DataFrame({"c": pd.Categorical(["x", "y", "x"]), "n": [1.0, 2.0, 3.0]})
+    frame.index.get_loc(1)  # builds the index's engine (a cache)
+    counts = frame.groupby("c", observed=True)["n"].mean()  # shares the categories
+    assert counts.index.dtype.categories is frame["c"].dtype.categories
+    assert codecs.identities([frame]).isdisjoint(codecs.identities([counts]))
+    column = pd.Series([4, 5, 6], index=frame.index)  # the index object (its name can be
+    assert column.index is frame.index  # set in place, and shows through both)
+    assert id(frame.index) in codecs.identities([frame]) & codecs.identities([column])

@@ -469,7 +469,7 @@ def view_of(
 
 def data_pointer(arr: np.ndarray) -> int:
     """The address of *arr*'s first byte: arrays that view one memory share it."""
-    return int(arr.__array_interface__["data"][0])
+    return int(arr.ctypes.data)  # (a third of the cost of __array_interface__)
 
 
 def whole_view(arr: object) -> bool:
@@ -526,7 +526,7 @@ def sibling_roots(values: Any) -> set[int]:
         and root.flags.writeable
         and not root.dtype.hasobject
         and (root.flags.c_contiguous or root.flags.f_contiguous)
-        and root.nbytes <= max(_ROOT_SLACK_MIN, 2 * total)
+        and root.nbytes <= max(ROOT_SLACK_MIN, 2 * total)
     }
 
 
@@ -665,6 +665,7 @@ class PickledGroup(Pickled):
 # modules, dtypes): never evidence that two values hold one object.
 _NO_IDENTITY = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, type)
 _PLAIN_CONTAINERS = frozenset({list, dict, set, bytearray})
+_WALK_SKIPS = (*_NO_IDENTITY, np.dtype, np.generic, pickle.PickleBuffer, types.ModuleType)
 _MEMBERS_MAX = 20_000  # objects walked per save or restore to find what values share (~0.1 s)
 _ATOMS = frozenset({str, bytes, int, float, complex, bool, type(None)})  # exact types only
 _FLAT = frozenset({list, tuple, set, frozenset})
@@ -693,6 +694,35 @@ def _mpl_artist() -> type | None:
     return getattr(module, "Artist", None)
 
 
+# What an Index holds besides its values and name: caches derived from the values (its
+# engine, hash tables, a RangeIndex's materialised array), a token views share, and the
+# copy-on-write bookkeeping.  None of it is state a write could show through another name.
+_INDEX_DERIVED = frozenset({"_cache", "_id", "_references"})
+
+
+def _pandas_rules() -> tuple[tuple[type, ...], type | None]:
+    """(types that are no evidence, the Index type), for a pandas already imported.
+
+    Dtypes (``CategoricalDtype`` with its categories, ``StringDtype``) are immutable values
+    pandas caches and hands to every column of that type; ``BlockValuesRefs`` is
+    copy-on-write bookkeeping that links views of one block, and with copy-on-write no
+    write shows through such a view.
+    """
+    extensions = sys.modules.get("pandas.api.extensions")
+    internals = sys.modules.get("pandas._libs.internals")
+    pandas = sys.modules.get("pandas")
+    skip = tuple(
+        t
+        for t in (
+            getattr(extensions, "ExtensionDtype", None),
+            getattr(internals, "BlockValuesRefs", None),
+        )
+        if isinstance(t, type)
+    )
+    index = getattr(pandas, "Index", None)
+    return skip, index if isinstance(index, type) else None
+
+
 def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     """Evidence of what *values* hold: ids of the objects in them that have an identity.
 
@@ -700,8 +730,9 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     counts nor enters what every value shares: numbers, strings, types, functions, modules'
     own objects, read-only arrays, and matplotlib's internals below an artist (transforms,
     paths, fonts).  Tuples are entered but not counted; plain lists and dicts inside an
-    artist are not counted (they are often rc values every artist shares).  A writeable array
-    also counts by the address of the memory it views.
+    artist are not counted (they are often rc values every artist shares).  Nor are pandas's
+    dtypes, its copy-on-write bookkeeping, or an Index's caches (an Index itself counts).  A
+    writeable array also counts by the address of the memory it views.
 
     >>> shared = [1]; box = type("Box", (), {})(); box.items = shared
     >>> identities([box, "text", 3]) == {id(box), id(shared)}  # not the string, not 3
@@ -709,10 +740,15 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     """
     out: set[int] = set()
     artist = _mpl_artist()
+    pandas_skip, pandas_index = _pandas_rules()
     seen: set[int] = set(skip or ())  # (objects written as links: their insides are theirs)
-    todo: list[tuple[Any, bool]] = [(v, False) for v in values]
+    # Two stacks in step, the objects and whether each sits inside an artist (a tuple per
+    # object cost a quarter of the walk).
+    todo: list[Any] = list(values)
+    inside: list[bool] = [False] * len(todo)
     while todo:
-        obj, in_artist = todo.pop()
+        obj = todo.pop()
+        in_artist = inside.pop()
         key = id(obj)
         if key in seen:
             continue
@@ -720,13 +756,23 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
         if len(seen) > _MEMBERS_MAX:
             break
         if isinstance(obj, (tuple, frozenset)):  # no identity of its own; its items may
-            todo.extend((item, in_artist) for item in obj)
+            todo.extend(obj)
+            inside.extend([in_artist] * len(obj))
             continue
-        if isinstance(obj, (*_NO_IDENTITY, np.dtype, np.generic, pickle.PickleBuffer)):
+        if isinstance(obj, _WALK_SKIPS) or callable(obj):
             continue
-        if callable(obj) or isinstance(obj, types.ModuleType):
+        if pandas_skip and isinstance(obj, pandas_skip):
             continue
-        if type(obj) is np.ndarray:
+        kind = type(obj)
+        if pandas_index is not None and isinstance(obj, pandas_index):
+            out.add(key)  # its name can be set in place: shared, it stays shared
+            state = getattr(obj, "__dict__", None)
+            if isinstance(state, dict):
+                kept = [v for k, v in state.items() if k not in _INDEX_DERIVED]
+                todo.extend(kept)
+                inside.extend([in_artist] * len(kept))
+                continue
+        if kind is np.ndarray:
             if obj.flags.writeable:  # read-only: a cache a library hands to everyone
                 out.add(key)
                 out.add(data_pointer(array_root(obj)))
@@ -734,20 +780,24 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
                 items = obj.ravel(order="K")
                 # A column of strings or numbers has nothing to share: look at a sample first.
                 if not all(isinstance(x, _NO_IDENTITY) for x in items[:64]):
-                    todo.extend((item, in_artist) for item in items[:_MEMBERS_MAX])
+                    sample = list(items[:_MEMBERS_MAX])
+                    todo.extend(sample)
+                    inside.extend([in_artist] * len(sample))
             continue
-        if artist is not None and type(obj).__module__.startswith("matplotlib"):
+        if artist is not None and kind.__module__.startswith("matplotlib"):
             if not isinstance(obj, artist):
                 continue  # transforms, paths, fonts, colormaps: shared by every figure
             in_artist = True
         if modrefs.lookup(obj) is not None:
             continue
         # Inside an artist, lists and dicts are often rc values every artist shares.
-        if not (in_artist and type(obj) in _PLAIN_CONTAINERS):
+        if not (in_artist and kind in _PLAIN_CONTAINERS):
             out.add(key)
-        if type(obj) in _PLAIN_CONTAINERS and flat(obj):
+        if kind in _PLAIN_CONTAINERS and flat(obj):
             continue  # its items have no identity: not worth a step each (a list of floats)
-        todo.extend((child, in_artist) for child in gc.get_referents(obj))
+        children = gc.get_referents(obj)
+        todo.extend(children)
+        inside.extend([in_artist] * len(children))
     return out
 
 
@@ -785,7 +835,7 @@ def pickle_group(
         for address, (root, count, total) in pickler.view_roots.items()
         if address not in by_address
         and (count >= 2 or address in pickler.owners)
-        and root.nbytes <= max(_ROOT_SLACK_MIN, 2 * total)
+        and root.nbytes <= max(ROOT_SLACK_MIN, 2 * total)
     }
     if wanted:
         by_address = {**by_address, **wanted}
@@ -813,9 +863,7 @@ def pickle_group(
     return PickledGroup(stream, buffers, pickler.used, held, reached, roots, linked)
 
 
-_ROOT_SLACK_MIN = (
-    1 << 20
-)  # a shared memory up to this size is stored whole, however small the views
+ROOT_SLACK_MIN = 1 << 20  # a shared memory up to this size is stored whole, however small the views
 
 
 def _dump_group(

@@ -336,9 +336,34 @@ class Writer:
 
         failed: dict[str, str] = {}
         todo = dict(values)
+        added: dict[str, object] = {}
+        if linker is not None:
+            # The earlier values that share what these hold, found first by a walk of what
+            # they hold (a pickle of a figure costs ten times its walk): the first pickle
+            # then has them already, instead of being thrown away for a second.
+            added = self._holders_first(todo, hdf5, links, linker, check)
+            if added:
+                inline = {id(obj) for obj in added.values()}
+                links = {i: tok for i, tok in links.items() if i not in inline}
         group = self._pickle_group(todo, links, check, bases, failed)
         if group is None:
             return failed
+        if linker is not None and added:
+            # Views copied here of memory an earlier value holds: stored as views of it.  (Of
+            # memory inside this group the pickle kept them views already, unless the memory
+            # is much larger than they are.)
+            held_roots = [
+                r
+                for r in group.roots
+                if (names := linker.holders({codecs.data_pointer(r)}))
+                and (
+                    r.nbytes > codecs.ROOT_SLACK_MIN
+                    or any(f"v:{n}" not in todo and f"v:{n}" not in hdf5 for n in names)
+                )
+            ]
+            if held_roots:
+                bases = bases + held_roots
+                group = self._pickle_group(todo, links, check, bases, failed) or group
         if linker is not None:
             # Values of earlier checkpoints that hold an object these values hold (a list
             # whose items this cell changed, a pipeline whose step it fitted, a frame
@@ -346,7 +371,6 @@ class Writer:
             # them, so both names share that object after a restore too.  Then so are the
             # values that hold one of those (a dict stored with a link to that frame): each
             # comes back as a new object, and whatever held the old one must follow.
-            added: dict[str, object] = {}
             asked = (group.members, group.reached)
             while True:
                 linked = {i for i, tok in links.items() if tok in group.links}
@@ -381,6 +405,36 @@ class Writer:
                 self.links.update(linker.refs(tok))
         self._add_stream("", group, members=list(todo))
         return failed
+
+    @staticmethod
+    def _holders_first(
+        todo: dict[str, object],
+        hdf5: dict[str, object],
+        links: dict[int, str],
+        linker: Linker,
+        check: Any,
+    ) -> dict[str, object]:
+        """Earlier values that share an object with *todo* (added to it), by walks only.
+
+        What the walks skip is what the pickle writes as links (the insides of unchanged
+        earlier values); what they miss, the rounds after the pickle still find.
+        """
+        found: dict[str, object] = {}
+        tops = {id(v) for v in todo.values()}
+        skip = {i for i, tok in links.items() if i not in tops or check(tok)}
+        walk = list(todo.values())
+        while walk:
+            held = codecs.identities(walk, skip)
+            more = {
+                f"v:{name}": obj
+                for name, obj in linker.holders(held).items()
+                if f"v:{name}" not in todo and f"v:{name}" not in hdf5
+            }
+            todo.update(more)
+            found.update((slot[2:], obj) for slot, obj in more.items())
+            skip -= {id(obj) for obj in more.values()}
+            walk = list(more.values())
+        return found
 
     @staticmethod
     def _pickle_group(
