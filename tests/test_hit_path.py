@@ -13,6 +13,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from ipy_resume import rng
 from ipy_resume.magics import CheckpointMagics
+from ipy_resume.store import backend as backend_module
 from ipy_resume.store import store as store_module
 
 
@@ -234,7 +235,7 @@ def test_a_hit_on_a_checkpoint_saved_here_lists_nothing(
     assert engine is not None
     (saved,) = engine.store.manifests()
     shell.run_cell("v1.append('changed after the save'); w = v1")
-    reads = spy(monkeypatch, store_module, "_read_fd")
+    reads = spy(monkeypatch, backend_module, "_read_fd")
     lists = spy(monkeypatch, store_module.Store, "_manifest_paths")
     assert shell.run_cell(_cell(1)).success
     # its own manifest file only, compared with the bytes it signed: no folder listed
