@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MEMO_MIN", "active", "digest", "track"]
+__all__ = ["MEMO_MIN", "active", "digest", "remember", "track"]
 
 MEMO_MIN = 1 << 20
 """Ranges smaller than this are hashed every time: hashing them costs about as much as the check."""
@@ -165,6 +165,27 @@ def digest(address: int, nbytes: int, tag: bytes, compute: Callable[[], bytes]) 
             entry.memo.clear()
         entry.memo[key] = result
     return result
+
+
+def remember(address: int, nbytes: int, tag: bytes, value: bytes) -> bool:
+    """Record *value* as :func:`digest`'s result for the *nbytes* at *address* under *tag*,
+    without computing it, when they sit in a tracked map none of whose pages under them has
+    been written (and the file is unchanged); False when nothing was recorded.
+
+    For a digest known from elsewhere for exactly the bytes the file held when mapped: the
+    fingerprint a checkpoint recorded for an array, once the blob behind the map has been
+    verified against the checksum in that same (verified) checkpoint.
+
+    >>> remember(arr.ctypes.data, arr.nbytes, b"tag", recorded)  # doctest: +SKIP
+    True
+    """
+    entry = _find(address, nbytes) if nbytes >= MEMO_MIN else None
+    if entry is None or not (entry.same_file() and clean(address, nbytes)):
+        return False
+    if len(entry.memo) >= _MEMO_MAX:
+        entry.memo.clear()
+    entry.memo[(address - entry.start, nbytes, tag)] = value
+    return True
 
 
 def clean(address: int, nbytes: int) -> bool:

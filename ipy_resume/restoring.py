@@ -9,6 +9,7 @@ fingerprints and restores RNG state the same way.  Loading touches nothing; only
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,7 +146,29 @@ def apply(
     for manifest, values in by_manifest.values():
         shared.restored(manifest, values)
         shared.note(manifest, values, namespace, loaded.members.get(manifest.id))
+        _remember_fingerprints(manifest, values)
     return loaded.problems
+
+
+def _remember_fingerprints(manifest: Manifest, values: Mapping[str, object]) -> None:
+    """Let the fingerprints *manifest* recorded stand for its restored, mapped arrays.
+
+    The next cell that reads one would otherwise hash it in full for its key (W6's
+    512 MiB inputs, once each after a restart), although its blob was just verified
+    against this checkpoint's checksum: while no page of the map is written, the bytes
+    are the ones the recorded fingerprint was computed over (:func:`pages.remember`).
+    """
+    recorded = manifest.info.get("output_digests")
+    if not isinstance(recorded, dict):
+        return
+    from .fingerprint.numpy_rules import remember
+
+    for name, value in values.items():
+        digest = recorded.get(name)
+        if type(value).__name__ != "ndarray" or not isinstance(digest, str):
+            continue
+        with contextlib.suppress(ValueError):
+            remember(value, bytes.fromhex(digest))
 
 
 @dataclass

@@ -268,3 +268,42 @@ def test_without_pagemap_every_fingerprint_hashes(
     d = fingerprint(a)
     assert fingerprint(a) == d
     assert len(hashes) == 2
+
+
+def test_a_restored_input_is_not_hashed_for_the_next_key(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], hashes: list[int]
+) -> None:
+    """After a hit, the fingerprint its checkpoint recorded stands for the mapped array (its
+    blob was verified against that checkpoint), until a page of it is written."""
+    make = f"%%checkpoint make\na = np.arange({N}.0) * 3.0"
+    use = "%%checkpoint use\ns = float(a.sum())"
+    shell.run_cell("import numpy as np")
+    shell.run_cell(make)
+    shell.run_cell(use)
+    shell.run_cell("del a, s")
+    capsys.readouterr()
+    shell.run_cell(make)  # restored as a map
+    assert "restored" in capsys.readouterr().err
+    hashes.clear()
+    shell.run_cell(use)
+    assert "restored" in capsys.readouterr().err
+    assert hashes == []  # the key took the recorded fingerprint: a was not read
+    a = shell.user_ns["a"]
+    assert fingerprint(a) == fingerprint(np.array(a, copy=True))  # and it is a's
+    shell.run_cell("a[N - 1] = -1.0".replace("N", str(N)))
+    shell.run_cell(use)
+    assert "restored" not in capsys.readouterr().err
+    assert hashes  # hashed again once written
+    assert shell.user_ns["s"] == float((np.arange(float(N)) * 3.0)[:-1].sum()) - 1.0
+
+
+def test_a_recorded_fingerprint_is_not_taken_for_a_written_map(
+    mapped: tuple[np.ndarray, bytes], hashes: list[int]
+) -> None:
+    a, digest = mapped
+    fresh = np.array(a, copy=True)
+    a[7] = 1e9
+    assert not numpy_rules.remember(a, digest)  # a page is the process's own now
+    assert fingerprint(a) != digest and fingerprint(a) == fingerprint(fresh + (a - fresh))
+    assert not numpy_rules.remember(fresh, digest)  # not a map at all
+    assert fingerprint(fresh) == digest

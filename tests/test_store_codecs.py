@@ -230,6 +230,112 @@ def test_pickle_failure_is_one_line() -> None:
     assert "TypeError" in str(info.value)
 
 
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "datetime64[ns]", "timedelta64[ms]", ">M8[us]"])
+@pytest.mark.parametrize("layout", ["C", "F", "1d", "strided"])
+def test_large_datetimes_leave_the_stream_and_come_back_exactly(dtype: str, layout: str) -> None:
+    base = _sample(dtype, (300, 40), 3)
+    base[0, 0] = np.array("NaT", dtype=base.dtype)
+    arr = {
+        "C": base,
+        "F": np.asfortranarray(base),
+        "1d": base.reshape(-1),
+        "strided": base[:, ::2],
+    }[layout]
+    pickled = codecs.pickle_value({"a": arr})
+    if layout == "strided":  # not contiguous: numpy's own pickling, in the stream
+        assert pickled.buffers == [] and len(pickled.stream) > arr.nbytes
+    else:
+        assert [b.nbytes for b in pickled.buffers] == [arr.nbytes]
+        assert len(pickled.stream) < 2_000
+    buffers = [np.frombuffer(bytearray(b), np.uint8) for b in pickled.buffers]
+    back = codecs.unpickle_value(pickled.stream, buffers)
+    assert isinstance(back, dict)
+    got = back["a"]
+    assert _equal(got, arr) and got.dtype.str == arr.dtype.str
+    if layout != "strided":  # (numpy's own pickling makes a copy contiguous)
+        assert got.flags.f_contiguous == arr.flags.f_contiguous
+        assert got.flags.c_contiguous == arr.flags.c_contiguous
+    assert got.flags.writeable
+    assert np.isnat(got).sum() == np.isnat(arr).sum() >= 1
+
+
+def _frame(rows: int) -> Any:
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(5)
+    ints = rng.integers(0, 1_000, rows)
+    df = pd.DataFrame(
+        {
+            "id": np.arange(rows, dtype=np.int64),
+            "value": rng.standard_normal(rows),
+            "when": np.datetime64("2024-01-01", "ns") + ints.astype("timedelta64[s]"),
+            "span": ints.astype("timedelta64[ms]"),
+            "zoned": pd.date_range("2024-03-30", periods=rows, freq="min", tz="Europe/Paris"),
+            "group": pd.Categorical.from_codes(ints % 3, ["a", "b", "c"]),
+            "label": pd.array([f"user_{k}" if k % 7 else None for k in ints], dtype="str"),
+            "arrow": pd.array(ints, dtype="int64[pyarrow]"),
+        },
+        index=pd.Index(np.arange(rows) * 2, name="row"),
+    )
+    df.columns.name = "field"
+    df.attrs["source"] = {"run": 3}
+    return df.set_flags(allows_duplicate_labels=False)
+
+
+def _assert_same_frame(got: Any, want: Any) -> None:
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(got, want, check_exact=True, check_freq=True, check_flags=True)
+    assert got.attrs == want.attrs and got.columns.name == want.columns.name
+    assert got.index.name == want.index.name
+    assert [str(t) for t in got.dtypes] == [str(t) for t in want.dtypes]
+    for name in want.columns:
+        assert got[name].isna().tolist() == want[name].isna().tolist(), name
+
+
+def test_a_frames_columns_leave_the_stream(store: Store) -> None:
+    """Every large column, dates and Arrow strings too, is a buffer of its own; the frame
+    comes back exactly (dtypes, index, names, flags, attrs, missing values)."""
+    df = _frame(100_000)
+    group = codecs.pickle_group({"df": df})
+    assert len(group.stream) < 20_000  # (each date column was 800 KB of it)
+    assert sum(b.nbytes for b in group.buffers) > 6 * 800_000
+    store.save("frame", "k", {"df": df})
+    m = store.find("frame", "k")
+    assert m is not None
+    _assert_same_frame(store.load_values(m)["df"], df)
+
+
+def test_arrow_columns_of_several_chunks_or_sliced_come_back_exactly(store: Store) -> None:
+    pd = pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    words = [f"w{k}" * (k % 5) if k % 11 else None for k in range(30_000)]
+    chunked = pa.chunked_array([pa.array(words[:10_000]), pa.array(words[10_000:])])
+    sliced = pa.chunked_array([pa.array(words).slice(5_000, 20_000)])
+    values = {
+        "chunked": pd.Series(pd.arrays.ArrowExtensionArray(chunked)),
+        "sliced": pd.Series(pd.arrays.ArrowExtensionArray(sliced)),
+        "whole": pd.Series(pd.array(words, dtype="str")),
+    }
+    store.save("arrow", "k", values)
+    m = store.find("arrow", "k")
+    assert m is not None
+    back = store.load_values(m)
+    for name, want in values.items():
+        got = back[name]
+        pd.testing.assert_series_equal(got, want, check_exact=True)
+        assert got.array._pa_array.to_pylist() == want.array._pa_array.to_pylist(), name
+    # a single chunk is pickled from its own memory, not from a copy of it
+    whole = values["whole"].array._pa_array.chunk(0)
+    own = {b.address for b in whole.buffers() if b is not None and b.size >= codecs.OOB_MIN}
+    group = codecs.pickle_group({"whole": values["whole"]})
+    assert own and own <= {np.frombuffer(b, np.uint8).ctypes.data for b in group.buffers}
+    # a slice is stored as its own rows, not with the whole of its parent's buffers
+    alone = codecs.pickle_group({"sliced": values["sliced"]})
+    stored = len(alone.stream) + sum(b.nbytes for b in alone.buffers)
+    assert stored < 0.8 * pa.array(words).get_total_buffer_size()
+
+
 # ---------------------------------------------------------------------------
 # round trips through a store (real files)
 

@@ -46,6 +46,7 @@ the unpickler.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import functools
 import gc
@@ -377,20 +378,134 @@ def as_dtype(array: np.ndarray, dtype: Any) -> np.ndarray:
     return array.astype(dtype_from_json(dtype), order="K")
 
 
+def datetimes(buffer: Any, dtype: Any, shape: tuple[int, ...], order: str) -> np.ndarray:
+    """A ``datetime64``/``timedelta64`` array over *buffer* (its 8-byte values, in memory order).
+
+    Rebuilds the arrays :class:`_Pickler` writes out of band.
+
+    >>> a = np.array(["2024-01-01", "NaT"], "M8[s]")
+    >>> back = datetimes(a.view(np.int64).tobytes(), dtype_to_json(a.dtype), (2,), "C")
+    >>> str(back.dtype), bool(np.isnat(back[1]))
+    ('datetime64[s]', True)
+    """
+    flat = np.frombuffer(buffer, dtype=np.int64).view(dtype_from_json(dtype))
+    if order == "F":
+        return flat.reshape(tuple(reversed(shape))).T
+    return flat.reshape(shape)
+
+
+def _datetimes_reduced(obj: np.ndarray) -> Any:
+    """The out-of-band reduction of a large native datetime64/timedelta64 array, or None.
+
+    numpy writes these arrays into the stream itself (their dtype cannot be exported as a
+    buffer), so a frame's date column was copied into the pickle and checksummed with it;
+    their 8-byte values are plain int64 memory, which can leave the stream like any column.
+    """
+    if obj.nbytes < OOB_MIN or not _describable(obj.dtype):
+        return None
+    if obj.flags.c_contiguous:
+        flat, order = obj.reshape(-1), "C"
+    elif obj.flags.f_contiguous:
+        flat, order = obj.T.reshape(-1), "F"  # the transpose is C-contiguous: a view
+    else:
+        return None
+    buffer = pickle.PickleBuffer(flat.view(np.int64))  # type: ignore[arg-type]
+    return (datetimes, (buffer, dtype_to_json(obj.dtype), tuple(obj.shape), order))
+
+
+# Types of pandas' Arrow-backed arrays whose pickled state can skip ``combine_chunks``
+_ARROW_STATE: dict[type, bool] = {}
+_ARROW_STATE_MAX = 4096
+_NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]  # (pickle writes it as NEWOBJ)
+
+
+def _arrow_state_type(cls: type) -> bool:
+    """True for a pandas Arrow-backed array type pickled by ArrowExtensionArray's state.
+
+    Only when nothing else of the type's pickling is its own: the default reduction, the
+    base class's ``__getstate__``, no ``__getnewargs__``.
+    """
+    module = sys.modules.get("pandas.core.arrays.arrow.array")
+    base = getattr(module, "ArrowExtensionArray", None)
+    if base is None or not isinstance(base, type) or not issubclass(cls, base):
+        return False
+    getstate = getattr(base, "__getstate__", None)
+    return (
+        getstate is not None
+        and getattr(cls, "__getstate__", None) is getstate
+        and cls.__reduce_ex__ is object.__reduce_ex__
+        and cls.__reduce__ is object.__reduce__
+        and not hasattr(cls, "__getnewargs_ex__")
+        and not hasattr(cls, "__getnewargs__")
+        and not hasattr(cls, "__slots__")
+    )
+
+
+def _arrow_reduced(obj: Any) -> Any:
+    """What pickle writes for a pandas Arrow-backed array, without copying its data, or None.
+
+    pandas' ``__getstate__`` replaces the array's ``ChunkedArray`` by ``combine_chunks()``,
+    which copies every buffer even when there is a single chunk (a 5-million-row string
+    column: 90 MB).  A single chunk that starts at offset 0 and whose buffers hold nothing
+    beyond it is written as that chunk instead: the state pandas would write, the same
+    bytes, built by the same ``__setstate__``.
+    """
+    cls = type(obj)
+    usable = _ARROW_STATE.get(cls)
+    if usable is None:
+        if len(_ARROW_STATE) >= _ARROW_STATE_MAX:
+            _ARROW_STATE.clear()  # (classes a notebook defines again and again)
+        usable = _ARROW_STATE[cls] = _arrow_state_type(cls)
+    if not usable:
+        return None
+    own = getattr(obj, "__dict__", None)
+    if not isinstance(own, dict):
+        return None
+    chunked = own.get("_pa_array")
+    try:
+        if chunked is None or chunked.num_chunks != 1:
+            return None
+        chunk = chunked.chunk(0)
+        # (a slice's buffers are its parent's: the copy keeps only the slice)
+        if chunk.offset != 0 or chunk.get_total_buffer_size() > chunk.nbytes + 64:
+            return None
+    except (AttributeError, TypeError, ValueError, NotImplementedError):
+        return None
+    state = dict(own)
+    state["_pa_array"] = chunk
+    state["_cache"] = {}  # (as pandas writes it: cached properties are recomputed)
+    return (_NEWOBJ, (cls,), state)
+
+
 class _Pickler(cloudpickle.CloudPickler):
-    """cloudpickle, plus a repair of a numpy pickling fault that loses byte order.
+    """cloudpickle, plus a repair of a numpy pickling fault that loses byte order, and two
+    ways of keeping a DataFrame's columns out of the stream.
 
     numpy unpickles some arrays of non-native byte order (0-d ones, non-contiguous
     ones, every datetime64/timedelta64 one) in native order: the values are kept,
     the dtype is not.  Every non-native array is therefore pickled as its native
     copy plus a description of its dtype (the dtype object itself has the same
     fault), and converted back on load: same values, bits and dtype.
+
+    Large datetime64/timedelta64 arrays are written out of band (:func:`datetimes`), and
+    pandas' Arrow-backed arrays without the copy of their ``__getstate__`` when it would
+    change nothing (:func:`_arrow_reduced`).
     """
 
     def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is np.ndarray and not obj.dtype.isnative and not obj.dtype.hasobject:
-            native = obj.astype(obj.dtype.newbyteorder("="), order="K")
-            return (as_dtype, (native, dtype_to_json(obj.dtype)))
+        if type(obj) is np.ndarray:
+            dt = obj.dtype
+            if not dt.isnative and not dt.hasobject:
+                native = obj.astype(dt.newbyteorder("="), order="K")
+                return (as_dtype, (native, dtype_to_json(dt)))
+            if dt.kind in "mM":
+                reduced = _datetimes_reduced(obj)
+                if reduced is not None:
+                    return reduced
+        elif _ARROW_STATE.get(type(obj)) is not False:
+            reduced = _arrow_reduced(obj)
+            if reduced is not None:
+                return reduced
         return super().reducer_override(obj)
 
 
