@@ -234,17 +234,26 @@ def test_the_check_itself_sees_single_written_pages(tmp_path: Path) -> None:
     mm.close()
 
 
-def test_in_a_shell_a_cell_downstream_of_a_restore_misses_after_an_in_place_change(
-    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
-) -> None:
-    make = f"%%checkpoint make\na = np.arange({N}.0)"
+def _saved_then_restored(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], make: str
+) -> str:
+    """Run *make* and a cell summing its ``a``, forget both, run *make* again (restored as
+    a map); returns the summing cell."""
     use = "%%checkpoint use\ns = float(a.sum())"
     shell.run_cell("import numpy as np")
     shell.run_cell(make)
     shell.run_cell(use)
     shell.run_cell("del a, s")
     capsys.readouterr()
-    shell.run_cell(make)  # restored: a is a map of the store's blob
+    shell.run_cell(make)
+    return use
+
+
+def test_in_a_shell_a_cell_downstream_of_a_restore_misses_after_an_in_place_change(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # restored: a is a map of the store's blob
+    use = _saved_then_restored(shell, capsys, f"%%checkpoint make\na = np.arange({N}.0)")
     assert "restored" in capsys.readouterr().err
     shell.run_cell(use)
     assert "restored" in capsys.readouterr().err
@@ -275,14 +284,8 @@ def test_a_restored_input_is_not_hashed_for_the_next_key(
 ) -> None:
     """After a hit, the fingerprint its checkpoint recorded stands for the mapped array (its
     blob was verified against that checkpoint), until a page of it is written."""
-    make = f"%%checkpoint make\na = np.arange({N}.0) * 3.0"
-    use = "%%checkpoint use\ns = float(a.sum())"
-    shell.run_cell("import numpy as np")
-    shell.run_cell(make)
-    shell.run_cell(use)
-    shell.run_cell("del a, s")
-    capsys.readouterr()
-    shell.run_cell(make)  # restored as a map
+    # restored as a map
+    use = _saved_then_restored(shell, capsys, f"%%checkpoint make\na = np.arange({N}.0) * 3.0")
     assert "restored" in capsys.readouterr().err
     hashes.clear()
     shell.run_cell(use)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -160,11 +161,7 @@ def test_extras_decoded_once_are_still_verified(
     assert engine is not None
     (found,) = engine.store.manifests()
     ref = found.extras["outputs"]
-    blob = Path(engine.store.blob_path(ref.blob))
-    data = bytearray(blob.read_bytes())
-    data[ref.offset] ^= 0xFF
-    blob.chmod(0o644)
-    blob.write_bytes(bytes(data))
+    _flip_first_byte(engine.store, ref)
     shell.run_cell(cell)
     captured = capsys.readouterr()
     assert "corrupt" in captured.err and "executed 'noisy'" in captured.err
@@ -268,6 +265,15 @@ def test_a_checkpoint_saved_here_and_removed_since_is_not_restored(
     assert "restored 'own2'" not in err and "executed 'own2'" in err
 
 
+def _flip_first_byte(store: Any, ref: Any) -> None:
+    """Corrupt the first byte of what *ref* points at, in its blob file."""
+    blob = Path(store.blob_path(ref.blob))
+    data = bytearray(blob.read_bytes())
+    data[ref.offset] ^= 0xFF
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+
+
 def test_a_corrupt_blob_of_a_checkpoint_saved_here_is_caught(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -277,11 +283,7 @@ def test_a_corrupt_blob_of_a_checkpoint_saved_here_is_caught(
     assert engine is not None
     (found,) = engine.store.manifests()
     ref = found.values["v3"]
-    blob = Path(engine.store.blob_path(ref.blob))
-    data = bytearray(blob.read_bytes())
-    data[ref.offset] ^= 0xFF
-    blob.chmod(0o644)
-    blob.write_bytes(bytes(data))
+    _flip_first_byte(engine.store, ref)
     shell.run_cell("del v3")
     capsys.readouterr()
     shell.run_cell(_cell(3).replace("--quiet", ""))
