@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ipy_resume.store import (
     FormatTooNew,
@@ -267,3 +269,37 @@ def test_bad_newest_manifest_falls_back_to_an_older_good_one(tmp_path: Path) -> 
 def test_duplicate_json_keys_are_rejected() -> None:
     with pytest.raises(ManifestError):
         mf.decode(b'{"format": 1, "format": 1}', KEY_A)
+
+
+_json_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(),
+)
+_json_docs = st.recursive(
+    _json_leaves,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_docs)
+def test_the_manifest_layout_is_byte_for_byte_what_json_writes(doc: Any) -> None:
+    # Readers insist on the layout byte for byte, and files written by earlier builds
+    # used json's own indented writer: the faster writer must never differ from it.
+    expected = json.dumps(doc, sort_keys=True, indent=1, ensure_ascii=False).encode() + b"\n"
+    assert (
+        mf._file_bytes({"doc": doc})
+        == json.dumps({"doc": doc}, sort_keys=True, indent=1, ensure_ascii=False).encode() + b"\n"
+    )
+    if isinstance(doc, dict):
+        assert mf._file_bytes(doc) == expected
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_the_manifest_layout_refuses_what_json_refuses(bad: float) -> None:
+    with pytest.raises(ValueError):
+        mf._file_bytes({"a": [1, {"b": bad}]})

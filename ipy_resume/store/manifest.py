@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import re
 import secrets
 import shlex
@@ -451,7 +452,69 @@ def encode(manifest: Manifest, key: bytes) -> bytes:
 def _file_bytes(doc: Mapping[str, Any]) -> bytes:
     # The one layout a manifest file may have: reading insists on it byte for byte,
     # so a change anywhere in the file, even in whitespace, is detected.
-    return _LAYOUT.encode(doc).encode("utf-8") + b"\n"
+    parts: list[str] = []
+    try:
+        _lay_out(doc, "\n", parts)
+    except _NotPlain:
+        return _LAYOUT.encode(doc).encode("utf-8") + b"\n"
+    parts.append("\n")
+    return "".join(parts).encode("utf-8")
+
+
+_quoted = json.encoder.encode_basestring  # (ensure_ascii=False: what _LAYOUT writes a str with)
+
+
+class _NotPlain(Exception):
+    """A document :func:`_lay_out` leaves to the json module (a key that is not a str)."""
+
+
+def _lay_out(value: Any, indent: str, parts: list[str]) -> None:
+    """Append exactly what ``_LAYOUT`` writes for *value*, its leaves written by the C encoder.
+
+    json writes an indented document in pure Python, one generator step per item, which
+    cost a small save more than signing it; here only the containers are walked in Python.
+    *indent* is the newline and indentation of *value*'s own line.
+    """
+    if isinstance(value, dict):
+        if not value:
+            parts.append("{}")
+            return
+        if not all(type(k) is str for k in value):
+            raise _NotPlain
+        inner = indent + " "
+        sep = "{" + inner
+        for k in sorted(value):
+            parts.append(sep)
+            parts.append(_quoted(k))
+            parts.append(": ")
+            _lay_out(value[k], inner, parts)
+            sep = "," + inner
+        parts.append(indent + "}")
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            parts.append("[]")
+            return
+        inner = indent + " "
+        sep = "[" + inner
+        for item in value:
+            parts.append(sep)
+            _lay_out(item, inner, parts)
+            sep = "," + inner
+        parts.append(indent + "]")
+    elif isinstance(value, str):
+        parts.append(_quoted(value))
+    elif value is None:
+        parts.append("null")
+    elif value is True:
+        parts.append("true")
+    elif value is False:
+        parts.append("false")
+    elif isinstance(value, int):
+        parts.append(int.__repr__(value))
+    elif isinstance(value, float) and math.isfinite(value):
+        parts.append(float.__repr__(value))
+    else:  # NaN and infinities (refused there), and whatever json makes of other types
+        raise _NotPlain
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
