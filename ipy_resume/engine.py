@@ -693,6 +693,7 @@ class Engine:
         try:
             saved, job, to_write = self._save(plan, opts, content, shared)
         except Exception as exc:  # SaveError is a StoreError; anything else is a bug of ours
+            shared.forget_checks()  # (what it read of the objects is not kept alive)
             listed = ", ".join(sorted(values)) or "no names"
             host.message(PREFIX + _save_failure(opts, exc, listed))
             outcome = Outcome(

@@ -132,6 +132,15 @@ class SharedObjects:
         # every array it stores and for the group; the walk costs up to ~0.1 s a value)
         self._walked: dict[str, set[int]] = {}
         self._arrays: list[np.ndarray] | None = None  # arrays(), asked twice per save
+        # Indexes of the entries, kept as they are added and dropped: a save asks holders()
+        # once per array it stores and again per round, and a walk of every entry for each
+        # question cost a small save more than the rest of it once a kernel held a few
+        # hundred names.  Each answer still checks that the entry's object is alive.
+        self._by_obj: dict[int, set[str]] = {}  # id of the entry's object -> tokens
+        # id of a checkpoint group's set of held ids -> (that set, the tokens sharing it)
+        self._groups: dict[int, tuple[set[int], set[str]]] = {}
+        self._by_checkpoint: dict[str, dict[str, None]] = {}  # id -> tokens, in entry order
+        self._array_tokens: dict[str, None] = {}  # entries holding an ndarray, in entry order
 
     @property
     def _entries(self) -> dict[str, _Entry]:
@@ -160,6 +169,40 @@ class SharedObjects:
                 tokens.discard(tok)
                 if not tokens:
                     del self._by_name[entry.name]
+            same = self._by_obj.get(entry.obj_id)
+            if same is not None:
+                same.discard(tok)
+                if not same:
+                    del self._by_obj[entry.obj_id]
+            group = self._groups.get(id(entry.members))
+            if group is not None:
+                group[1].discard(tok)
+                if not group[1]:
+                    del self._groups[id(entry.members)]
+            checkpoint = tok.partition("/")[0]
+            tokens_of = self._by_checkpoint.get(checkpoint)
+            if tokens_of is not None:
+                tokens_of.pop(tok, None)
+                if not tokens_of:
+                    del self._by_checkpoint[checkpoint]
+            self._array_tokens.pop(tok, None)
+
+    def _add(self, tok: str, entry: _Entry, value: object) -> None:
+        if tok in self._all:
+            self._drop(tok)
+        self._all[tok] = entry
+        self._by_name.setdefault(entry.name, set()).add(tok)
+        self._by_obj.setdefault(entry.obj_id, set()).add(tok)
+        if entry.members:
+            self._groups.setdefault(id(entry.members), (entry.members, set()))[1].add(tok)
+        self._by_checkpoint.setdefault(tok.partition("/")[0], {})[tok] = None
+        if type(value) is np.ndarray:
+            self._array_tokens[tok] = None
+
+    def _alive(self, tok: str) -> object:
+        """The object of entry *tok*, or MISSING (gone, or never an entry)."""
+        entry = self._all.get(tok)
+        return MISSING if entry is None else entry.get()
 
     # ---- what checkpoints stored or restored ---------------------------------------------
 
@@ -200,8 +243,7 @@ class SharedObjects:
                 continue  # modules, functions, classes: pickled by reference anyway
             digest = fingerprints.get(name)
             tok = token(manifest.id, name)
-            self._by_name.setdefault(name, set()).add(tok)
-            self._all[tok] = _Entry(
+            entry = _Entry(
                 name,
                 ref,
                 needed,
@@ -211,6 +253,7 @@ class SharedObjects:
                 held,
                 self._generation,
             )
+            self._add(tok, entry, value)
         self._checked.clear()
         self._walked.clear()
         self._arrays = None
@@ -246,9 +289,11 @@ class SharedObjects:
         }
 
     def arrays(self) -> list[np.ndarray]:
-        entries = self._entries  # (its sweep may drop entries: before the memo is read)
+        self._entries  # noqa: B018 - (its sweep may drop entries: before the memo is read)
         if self._arrays is None:
-            self._arrays = [o for e in entries.values() if type(o := e.get()) is np.ndarray]
+            self._arrays = [
+                o for tok in self._array_tokens if type(o := self._alive(tok)) is np.ndarray
+            ]
         return list(self._arrays)
 
     def check(self, tok: str) -> bool:
@@ -285,32 +330,43 @@ class SharedObjects:
         reached = reached or set()
         if not members and not reached:
             return {}
+        self._entries  # noqa: B018 - (the sweep a note left, first)
         matched: set[str] = set()  # entries whose value holds one of them
-        for tok, entry in self._entries.items():
-            obj = entry.get()
-            if obj is MISSING:
+        for obj_id in self._by_obj.keys() & members:
+            matched.update(t for t in self._by_obj[obj_id] if self._alive(t) is not MISSING)
+        for obj_id in self._by_obj.keys() & reached:
+            # an immutable scalar a new value also holds (a float inside a distribution's
+            # parameters) is no sharing to keep: equal ones are interchangeable
+            for tok in self._by_obj[obj_id]:
+                obj = self._alive(tok)
+                if obj is not MISSING and not isinstance(obj, _SCALAR_TYPES):
+                    matched.add(tok)
+        for held, tokens in self._groups.values():  # (one set per checkpoint's group)
+            if held.isdisjoint(members):
                 continue
-            if (
-                id(obj) in members
-                # an immutable scalar a new value also holds (a float inside a distribution's
-                # parameters) is no sharing to keep: equal ones are interchangeable
-                or (id(obj) in reached and not isinstance(obj, _SCALAR_TYPES))
-                or self._holds(tok, entry, obj, members)
-            ):
-                matched.add(tok)
+            for tok in tokens:
+                if (
+                    tok not in matched
+                    and (obj := self._alive(tok)) is not MISSING
+                    and self._holds(tok, self._all[tok], obj, members)
+                ):
+                    matched.add(tok)
         if not matched:
             return {}
         # With each, the other names of its checkpoint that share objects with it now,
         # directly or through one another: storing it again alone would part it from them
         # on a restore.  Names that share nothing with it stay where they are (a figure
         # stored with a frame it never plotted is not stored again when the frame changes).
-        by_checkpoint: dict[str, list[tuple[str, _Entry, object]]] = {}
-        for tok, entry in self._entries.items():
-            obj = entry.get()
-            if obj is not MISSING:
-                by_checkpoint.setdefault(tok.partition("/")[0], []).append((tok, entry, obj))
+        checkpoints = {tok.partition("/")[0] for tok in matched}
         out: dict[str, object] = {}
-        for rows in by_checkpoint.values():
+        for checkpoint, tokens_of in self._by_checkpoint.items():
+            if checkpoint not in checkpoints:
+                continue
+            rows = [
+                (tok, self._all[tok], obj)
+                for tok in tokens_of
+                if (obj := self._alive(tok)) is not MISSING
+            ]
             hit = [row for row in rows if row[0] in matched]
             if not hit:
                 continue
