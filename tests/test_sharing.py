@@ -360,3 +360,56 @@ def test_pandas_dtypes_and_index_caches_are_no_evidence_but_an_index_is(tmp_path
     column = pd.Series([4, 5, 6], index=frame.index)  # the index object (its name can be
     assert column.index is frame.index  # set in place, and shows through both)
     assert id(frame.index) in codecs.identities([frame]) & codecs.identities([column])
+
+
+def test_the_registry_answers_from_its_indexes_and_they_follow_every_drop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``holders`` reads only the entries that may hold what it is asked about, however many
+    names the kernel holds; a dropped entry (its name rebound, or re-noted) is in no answer."""
+    from ipy_resume import sharing
+
+    store = Store(tmp_path / "st", key=b"k" * 32)
+    shared = SharedObjects()
+    namespace: dict[str, object] = {}
+    for i in range(60):
+        values = {f"x{i}": [float(i)] * 3}
+        namespace.update(values)
+        shared.note(store.save(f"x{i}", f"k{i}", values).manifest, values, namespace)
+    box = {"inner": [1, 2]}
+    values = {"box": box}
+    namespace.update(values)
+    shared.note(store.save("box", "kb", values).manifest, values, namespace, {id(box["inner"])})
+    shared.forget_checks()
+    reads: list[str] = []
+    get = sharing._Entry.get
+
+    def counted(entry: sharing._Entry) -> object:
+        reads.append(entry.name)
+        return get(entry)
+
+    monkeypatch.setattr(sharing._Entry, "get", counted)
+    shared.holders({id(object())})  # (the sweep the last note left runs first)
+    reads.clear()
+    assert shared.holders({id(object())}) == {}
+    assert reads == []  # nothing to read: no entry holds that object
+    assert shared.holders({id(box["inner"])}) == {"box": box}
+    assert set(reads) == {"box"}
+    assert shared.holders({id(namespace["x7"])}) == {"x7": namespace["x7"]}
+    # x7 rebound in the kernel: the next operation's sweep drops its entry and every index
+    namespace["x7"] = "other"
+    values = {"y": 2.5}
+    shared.note(store.save("y", "ky", values).manifest, values, namespace)
+    old = [7.0] * 3
+    assert shared.holders({id(old)}) == {}
+    assert not any(t.endswith("/x7") for ts in shared._by_obj.values() for t in ts)
+    assert not any(t.endswith("/x7") for ts in shared._by_checkpoint.values() for t in ts)
+    # re-noting a name replaces its entry everywhere
+    again = {"box": {"inner": [3]}}
+    namespace.update(again)
+    shared.note(
+        store.save("box", "kb2", again).manifest, again, namespace, {id(again["box"]["inner"])}
+    )
+    assert shared.holders({id(box["inner"])}) == {}
+    assert shared.holders({id(again["box"]["inner"])}) == {"box": again["box"]}
+    assert sum(t.endswith("/box") for ts in shared._by_obj.values() for t in ts) == 1
