@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -413,3 +414,29 @@ def test_the_registry_answers_from_its_indexes_and_they_follow_every_drop(
     assert shared.holders({id(box["inner"])}) == {}
     assert shared.holders({id(again["box"]["inner"])}) == {"box": again["box"]}
     assert sum(t.endswith("/box") for ts in shared._by_obj.values() for t in ts) == 1
+
+
+COLORS = (
+    "%%checkpoint colors\nimport numpy as np\nrng = np.random.default_rng(0)\n"
+    "centers = rng.random((16, 3))\nnew_colors = centers[rng.integers(0, 16, 60_000)]"
+)
+RECOLORED = "%%checkpoint recolored\nimage = new_colors.reshape(200, 300, 3)"
+RECOLORED_CHECKS = {
+    "shares": "bool(np.shares_memory(image, new_colors))",
+    "through": "(new_colors.__setitem__((0, 0), -3.0), float(image[0, 0, 0]))[1]",
+}
+
+
+def test_a_reshape_of_an_earlier_checkpoints_array_stays_its_view(tmp_path: Path) -> None:
+    """A later cell's whole view of an array an earlier checkpoint stored (PDSH 05.11's
+    ``china_recolored = new_colors.reshape(china.shape)``) is stored as a view of it, not
+    as a second copy, and is that view again after a restore."""
+    expected = {"shares": "True", "through": "-3.0"}
+    first = run_process(tmp_path, [COLORS, RECOLORED], RECOLORED_CHECKS)
+    assert first["eval"] == expected
+    saved = _statuses(first)[1]
+    # a view's description, not the 1.4 MB of memory a second time
+    assert re.search(r"\(\d+(\.\d+)? (B|KB) written", saved), saved
+    second = run_process(tmp_path, [COLORS, RECOLORED], RECOLORED_CHECKS)
+    assert all("restored" in s for s in _statuses(second)), _statuses(second)
+    assert second["eval"] == expected

@@ -933,13 +933,23 @@ def pickle_group(
     [1]
     """
     by_address: dict[int, np.ndarray] = {}
-    for arr in bases or ():
-        # Only arrays that own their memory (or are all of it): a view is matched through the
-        # memory it views.
-        if type(arr) is np.ndarray and arr.size and not arr.dtype.hasobject:
-            owns = not isinstance(arr.base, np.ndarray) or whole_view(arr)
-            if owns and (arr.flags.c_contiguous or arr.flags.f_contiguous):
-                by_address.setdefault(data_pointer(arr), arr)
+    plain = [
+        arr
+        for arr in bases or ()
+        if type(arr) is np.ndarray
+        and arr.size
+        and not arr.dtype.hasobject
+        and (arr.flags.c_contiguous or arr.flags.f_contiguous)
+    ]
+    # Only arrays that own their memory, then those that are all of a memory no base owns
+    # (``features = iris.data.T``): a view is matched through the memory it views, and a
+    # reshape of an earlier checkpoint's array is a view of that array.
+    for arr in plain:
+        if not isinstance(arr.base, np.ndarray):
+            by_address.setdefault(data_pointer(arr), arr)
+    for arr in plain:
+        if isinstance(arr.base, np.ndarray) and whole_view(arr):
+            by_address.setdefault(data_pointer(arr), arr)
     first = _dump_group(values, links, check, by_address)
     # Arrays of the group that view one memory (two slices of one array, an array and its
     # reshape, a Bunch's ``data`` and ``images``): a second pass stores that memory once

@@ -946,12 +946,15 @@ class Store:
             if type(value) is np.ndarray and not isinstance(value.base, np.ndarray):
                 owners.add(codecs.data_pointer(value))
         # A value that is all of a memory it does not own (``a.reshape(m, n)``) stands for
-        # that memory: the other views of it are stored as views of that value.
+        # that memory: the other views of it are stored as views of that value.  Not when
+        # an array that owns it is stored too, here or by an earlier checkpoint: a view of
+        # that one (``new_colors.reshape(h, w, 3)``) is stored as its view.
         whole: dict[int, int] = {}  # memory address -> id of the value standing for it
         for name in sorted(values):
             if codecs.whole_view(value := values[name]):
                 assert isinstance(value, np.ndarray)  # (for the type checker)
-                whole.setdefault(codecs.data_pointer(value), id(value))
+                if (address := codecs.data_pointer(value)) not in owners:
+                    whole.setdefault(address, id(value))
         owners.update(whole)
         # memories that several values view and no value owns (``x, y = draws.T``): the
         # group stores each once, and those values as views of it
