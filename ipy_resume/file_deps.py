@@ -163,6 +163,8 @@ def missing_outputs(paths: list[str], base: str | None = None) -> list[str]:
     >>> missing_outputs(["/nonexistent/out.csv"])
     ['/nonexistent/out.csv']
     """
+    if not paths:
+        return []  # (every hit asks: most cells write no file)
     base = base or os.getcwd()
     return [p for p in paths if not os.path.exists(os.path.join(base, p))]
 
@@ -503,6 +505,8 @@ def changed(record: dict[str, Any], base: str | None = None) -> str | None:
     >>> changed({"files": [], "dirs": []}) is None
     True
     """
+    if not record:
+        return None  # (every hit asks: most cells read no file)
     base = base or os.getcwd()
     for entry in record.get("files", []):
         reason = _file_changed(entry, base)

@@ -255,6 +255,7 @@ class CheckpointMagics(Magics):
         self._resolved: dict[tuple[str | None, str | None, str], Engine] = {}
         self._parsed: dict[str, dict[str, Any]] = {}  # %%checkpoint line -> its options
         self._static: dict[tuple[str, tuple[int, ...]], str] = {}  # see _transform
+        self._own_steps: tuple[tuple[int, ...], tuple[Any, ...]] = ((), ())  # see _all_own
         self._switches: tuple[dict[str, Any], dict[str, str]] | None = None  # see _quick_parse
 
     def engine(self, store_dir: Path | str | None = None) -> Engine:
@@ -293,14 +294,15 @@ class CheckpointMagics(Magics):
         assert shell is not None
         manager = shell.input_transformer_manager
         steps = (*manager.cleanup_transforms, *manager.line_transforms, *manager.token_transformers)
+        ids = tuple(map(id, steps))
         if (
             type(shell).transform_cell is not InteractiveShell.transform_cell
             or type(manager) is not TransformerManager
             or len(cell) > _MEMO_CHARS
-            or not all(_ipython_own(step) for step in steps)
+            or not (ids == self._own_steps[0] or self._all_own(steps, ids))
         ):
             return shell.transform_cell(cell)
-        key = (cell, tuple(map(id, steps)))
+        key = (cell, ids)
         static = self._static.get(key)
         if static is None:
             static = _untouched(cell, steps) or manager.transform_cell(cell)
@@ -317,6 +319,14 @@ class CheckpointMagics(Magics):
         for transform in shell.input_transformers_post:
             lines = transform(lines)
         return "".join(lines)
+
+    def _all_own(self, steps: tuple[Any, ...], ids: tuple[int, ...]) -> bool:
+        """True when every step is IPython's own; remembered for these steps, which are
+        held meanwhile (so no other object takes one of their ids)."""
+        if not all(_ipython_own(step) for step in steps):
+            return False
+        self._own_steps = (ids, steps)
+        return True
 
     @magic_arguments()
     @argument("cell_id", metavar="CELL_ID", help="a stable name for this cell, e.g. train")

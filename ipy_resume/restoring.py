@@ -161,12 +161,12 @@ def _remember_fingerprints(manifest: Manifest, values: Mapping[str, object]) -> 
     recorded = manifest.info.get("output_digests")
     if not isinstance(recorded, dict):
         return
-    from .fingerprint.numpy_rules import remember
-
     for name, value in values.items():
         digest = recorded.get(name)
         if type(value).__name__ != "ndarray" or not isinstance(digest, str):
             continue
+        from .fingerprint.numpy_rules import remember
+
         with contextlib.suppress(ValueError):
             remember(value, bytes.fromhex(digest))
 

@@ -345,3 +345,47 @@ def test_plain_python_is_left_as_ipython_leaves_it(shell: InteractiveShell) -> N
             assert quick == manager.transform_cell(cell), cell
     assert taken > len(cells) // 2  # most cells are plain Python
     assert _untouched("y = x + 1", steps[1:]) is None  # another set of transforms: not known
+
+
+def test_a_hit_after_a_background_save_compares_the_bytes_and_parses_nothing(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import spy
+
+    from ipy_resume.store import manifest as manifest_module
+
+    shell.run_cell("base = [float(i) for i in range(10)]")
+    assert shell.run_cell(_cell(5)).success
+    shell.run_line_magic("checkpoint", "wait")
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (path,) = engine._committed.values()  # (listing the store would parse it here)
+    shell.run_cell("del v5")
+    reads = spy(monkeypatch, backend_module, "_read_fd")
+    parsed = spy(monkeypatch, manifest_module.Manifest, "from_json")
+    assert shell.run_cell(_cell(5)).success
+    # parsed on the writer thread when it was committed; read and compared here
+    assert reads == [str(path)] and parsed == []
+    assert shell.user_ns["v5"] == [t * 0.5 + 5 for t in range(10)]
+
+
+def test_a_manifest_tampered_after_the_writer_parsed_it_is_refused(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell("base = [1.0, 2.0]")
+    assert shell.run_cell(_cell(6)).success
+    shell.run_line_magic("checkpoint", "wait")
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (where,) = engine._committed.values()
+    path = Path(where)
+    data = path.read_bytes()
+    assert data.count(b'"v6"') >= 1
+    with open(path, "r+b") as f:  # same inode and size, new bytes: the signature fails
+        f.write(data.replace(b'"v6"', b'"w6"', 1))
+    shell.run_cell("del v6")
+    capsys.readouterr()
+    shell.run_cell(_cell(6).replace("--quiet", ""))
+    err = capsys.readouterr().err
+    assert "restored 'own6'" not in err and "executed 'own6'" in err
+    assert "w6" not in shell.user_ns and shell.user_ns["v6"] == [t * 0.5 + 6 for t in (1.0, 2.0)]

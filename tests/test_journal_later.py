@@ -157,3 +157,20 @@ def test_a_lost_journal_names_every_checkpoint_even_if_the_hits_then_crash(
     assert "restored 'load'" in proc.stderr and "restored 'fit'" in proc.stderr
     # rebuilt by the first hit, before the crash lost the queued restore events
     assert raw_outcomes(isolated / "store") == ["executed", "executed"]
+
+
+def test_a_journal_deleted_under_a_kernel_is_rebuilt_by_its_next_hit(
+    shell: InteractiveShell, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the queue is not written meanwhile: only the hit's own check can rebuild the file
+    monkeypatch.setattr(journal_module, "DEFER_SECONDS", 60.0)
+    run(shell, LOAD)
+    shell.run_line_magic("checkpoint", "wait")
+    run(shell, LOAD)  # a hit: the journal named its checkpoint, and the kernel knows it
+    store = isolated / "store"
+    for suffix in ("", "-wal", "-shm"):
+        (store / f"journal.sqlite{suffix}").unlink(missing_ok=True)
+    run(shell, LOAD)
+    assert raw_outcomes(store) == ["executed"]  # rebuilt at once; the two hits still queued
+    journal_module.flush_deferred()
+    assert raw_outcomes(store)[0] == "executed" and raw_outcomes(store).count("restored") >= 1

@@ -345,6 +345,14 @@ class LocalBackend(Backend):
     def origin(self) -> str:
         return self._top
 
+    def file_name(self, key: str) -> str:
+        """The file of *key* as text (:meth:`local_path` without the path object).
+
+        >>> LocalBackend("/s").file_name("objects/ab/cd")
+        '/s/objects/ab/cd'
+        """
+        return self._name(key)
+
     def _name(self, key: str) -> str:
         # local_path's check, as text: on the path of every hit, a pathlib join costs more
         # than the stat it is for

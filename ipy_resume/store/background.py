@@ -316,6 +316,8 @@ def submit(
 
 def pending(root: str | os.PathLike[str] | None = None) -> list[Job]:
     """Jobs submitted and not yet drained (of the store at *root*, or all), oldest first."""
+    if not _writer.jobs:  # (every cell asks: most of the time there are none)
+        return []
     with _writer.mutex:
         jobs = list(_writer.jobs)
     if root is None or not jobs:
@@ -351,8 +353,8 @@ def drain(root: str | os.PathLike[str] | None = None) -> int:
     Never blocks on the writer.  Callbacks run once, on the calling thread.  Returns how
     many jobs it reported.
     """
-    if _in_writer() or getattr(_writer.local, "draining", False):
-        return 0
+    if not _writer.jobs or _in_writer() or getattr(_writer.local, "draining", False):
+        return 0  # (nothing to report: the common case, checked without the lock)
     _writer.local.draining = True
     reported = 0
     try:

@@ -74,6 +74,9 @@ _ADDRESS = re.compile(r"[0-9a-f]{32}([0-9a-f]{32})?")
 _PAGE = 4096
 _CHUNK = 8 << 20
 _PIPELINE_MIN = 32 << 20
+# blobs below this size are read on the file descriptor, in one call (BlobStore._read_small)
+_SMALL_READ = 1 << 20 if hasattr(os, "readv") else 0  # (no readv on Windows)
+_O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 MAP_MIN = 2 << 20
 """HDF5 and raw blobs at least this large are mapped rather than read.  Below it a read into
@@ -221,6 +224,27 @@ def _map_released() -> None:
     global _live_maps
     with _live_lock:
         _live_maps -= 1
+
+
+def _missing(rel: str, context: str) -> fsio.MissingBlob:
+    return fsio.MissingBlob(
+        f"{context} cannot be restored: {rel} is missing; it will be recomputed. "
+        "Run 'ipy-resume verify' to list others.",
+        path=rel,
+        reason="missing",
+    )
+
+
+class _Descriptor:
+    """``readinto`` on a file descriptor (what :func:`_read_hashed` reads from)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def readinto(self, view: memoryview) -> int:
+        return os.readv(self.fd, [view])
 
 
 class _Short(Exception):
@@ -384,12 +408,7 @@ class BlobStore:
         try:
             return open(path, "rb", buffering=0)  # the caller closes it
         except FileNotFoundError:
-            raise fsio.MissingBlob(
-                f"{context} cannot be restored: {rel} is missing; it will be recomputed. "
-                "Run 'ipy-resume verify' to list others.",
-                path=rel,
-                reason="missing",
-            ) from None
+            raise _missing(rel, context) from None
 
     def read(
         self, address: str, algo: str, checksum: str, size: int, *, context: str
@@ -400,27 +419,29 @@ class BlobStore:
         :class:`fsio.MissingBlob`) is raised; *context* names the checkpoint in
         the message, e.g. ``"checkpoint 'train' (0190ab12…)"``.
         """
-        path = self.path(address)
         rel = self.relpath(address)
-        f = self._open_blob(path, rel, context)
-        with f:
-            st = os.fstat(f.fileno())
-            actual = st.st_size
-            problem = None
-            if actual < size:
-                problem = f"is truncated ({actual} of {size} bytes)"
-            elif actual > size:
-                problem = f"has the wrong size ({actual} bytes, expected {size})"
-            else:
-                buf = aligned_empty(size)
-                h = new_hasher(algo)
-                try:
-                    _read_hashed(f, buf, h)
-                except _Short as short:
-                    problem = f"is truncated ({short.got} of {size} bytes)"
+        if size < _SMALL_READ:
+            st, buf, problem = self._read_small(address, rel, size, algo, checksum, context)
+        else:
+            f = self._open_blob(self.path(address), rel, context)
+            with f:
+                st = os.fstat(f.fileno())
+                actual = st.st_size
+                problem = None
+                if actual < size:
+                    problem = f"is truncated ({actual} of {size} bytes)"
+                elif actual > size:
+                    problem = f"has the wrong size ({actual} bytes, expected {size})"
                 else:
-                    if h.hexdigest() != checksum:
-                        problem = "failed its checksum"
+                    buf = aligned_empty(size)
+                    h = new_hasher(algo)
+                    try:
+                        _read_hashed(f, buf, h)
+                    except _Short as short:
+                        problem = f"is truncated ({short.got} of {size} bytes)"
+                    else:
+                        if h.hexdigest() != checksum:
+                            problem = "failed its checksum"
         if problem is None:
             return buf
         moved = self.quarantine(address, only=(st.st_dev, st.st_ino))
@@ -431,6 +452,33 @@ class BlobStore:
             path=rel,
             reason=problem,
         )
+
+    def _read_small(
+        self, address: str, rel: str, size: int, algo: str, checksum: str, context: str
+    ) -> tuple[os.stat_result, np.ndarray, str | None]:
+        """:meth:`read` of a small blob on the file descriptor: (its status, the bytes,
+        what is wrong with them or None).  A small cell's hit reads one such blob, and a
+        file object and a path object cost more than the read."""
+        name = self.backend.file_name(self.key(address))
+        try:
+            fd = os.open(name, _O_READ)
+        except FileNotFoundError:
+            raise _missing(rel, context) from None
+        buf = aligned_empty(size)
+        try:
+            st = os.fstat(fd)
+            if st.st_size < size:
+                return st, buf, f"is truncated ({st.st_size} of {size} bytes)"
+            if st.st_size > size:
+                return st, buf, f"has the wrong size ({st.st_size} bytes, expected {size})"
+            h = new_hasher(algo)
+            try:
+                _read_hashed(_Descriptor(fd), buf, h)
+            except _Short as short:
+                return st, buf, f"is truncated ({short.got} of {size} bytes)"
+        finally:
+            os.close(fd)
+        return st, buf, None if h.hexdigest() == checksum else "failed its checksum"
 
     def mapping(self, size: int) -> bool:
         """True when a blob of *size* bytes of this store would be mapped (see :meth:`map`)."""

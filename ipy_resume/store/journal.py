@@ -300,6 +300,14 @@ class Journal:
 
     def _names(self, checkpoint_id: str) -> bool:
         """True when an event of the journal names *checkpoint_id* (one query per connection)."""
+        named = self._named
+        if (
+            named is not None
+            and checkpoint_id in named
+            and self._conn is not None
+            and self._inode == _inode(self.path)
+        ):
+            return True  # (a hit's question, asked on the connection's file as _connect does)
 
         def query(conn: sqlite3.Connection) -> bool:
             if self._named is None:

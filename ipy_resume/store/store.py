@@ -92,6 +92,7 @@ class _Verified:
     ident: Hashable  # backend.identity: a file's (dev, ino, size, mtime, ctime), an etag
     digest: bytes  # sha256 of the bytes that verified (or that this process signed)
     manifest: Manifest | None  # None: written here, parsed (not verified again) on first use
+    # (a background commit's is parsed on the writer thread: see Store._remember)
     settled: bool  # the identity could not change unseen any more when it was read
 
 
@@ -1015,7 +1016,7 @@ class Store:
                 encoded = None
                 continue
             m.path, writer.current = writer.current, None
-            self._remember(m.path, data)
+            self._remember(m.path, data, parse=quiet)
             if not quiet:
                 self._note_id(m.id)
             return len(data)
@@ -1223,19 +1224,30 @@ class Store:
         except ValueError:  # cannot happen for bytes manifest.encode made: verify them
             return manifest.decode(data, self.key, rel=rel, store=str(self.location), path=path)
 
-    def _remember(self, path: PurePath, data: bytes) -> None:
-        """Note manifest bytes this process just signed and published at *path*."""
+    def _remember(self, path: PurePath, data: bytes, parse: bool = False) -> None:
+        """Note manifest bytes this process just signed and published at *path*.
+
+        With *parse* (a commit on the background writer, off the kernel's thread), they
+        are parsed now, so the first hit of the checkpoint does not parse them: it still
+        reads the file and compares its bytes with these by sha256 before using them.
+        """
         rel = self._rel(path)
         try:
             seen = self.backend.identity(rel)
         except OSError:
             return
+        parsed = None
+        if parse:
+            try:
+                parsed = self._own(data, path, rel)
+            except Exception:  # (the first read parses them instead: the commit stands)
+                parsed = None
         if len(_verified) >= _READ_CACHE_MAX:
             _verified.clear()
         # not settled: the first read compares the bytes once (a bucket's new object has
         # no listed identity yet)
         _verified[(self._origin + rel, self._trust())] = _Verified(
-            None if seen is None else seen[0], hashlib.sha256(data).digest(), None, False
+            None if seen is None else seen[0], hashlib.sha256(data).digest(), parsed, False
         )
 
     def _manifest_paths(self, prefix: str = "manifests") -> list[PurePath]:
