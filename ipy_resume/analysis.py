@@ -35,8 +35,9 @@ class CellAnalysis:
 
     ``inputs`` are globals whose pre-cell value the cell may read; ``outputs`` are
     globals the cell may leave bound; ``deleted`` are globals the cell may leave
-    deleted (``del`` at module level). ``normalized`` is a formatting-independent
-    rendering of the code, suitable for hashing.
+    deleted (``del`` at module level, or the one that ends ``except E as name``).
+    ``normalized`` is a formatting-independent rendering of the code, suitable for
+    hashing.
     """
 
     inputs: frozenset[str]
@@ -511,14 +512,17 @@ class _Analyzer(ast.NodeVisitor):
         self._record(0, name)
 
     def _unbind_handler_name(self, name: str) -> None:
-        # ``except E as e`` ends with an implicit ``del e``. We report the name as
-        # neither output nor deleted; it just stops being definitely bound.
+        # ``except E as e`` ends with an implicit ``del e``. The name is no output, and
+        # may be left deleted; it just stops being definitely bound.
         if self._unbind_local(name):
             return
         if self._function_depth:
             self.unsettled.add(name)
             return
         self._module_flow.bound.discard(name)
+        # The name may be gone after the cell even though it existed before it (``e``
+        # from ``from math import *``): a restore must then remove it too.
+        self.ever_deleted.add(name)
         self._record(0, name)
 
     def _unbind_local(self, name: str) -> bool:

@@ -474,12 +474,15 @@ def test_multiple_with_items() -> None:
     assert inputs(src) == {"a", "b"}
 
 
-def test_except_name_is_neither_output_nor_deleted() -> None:
+def test_except_name_is_no_output_and_may_be_left_deleted() -> None:
     src = "try:\n    risky()\nexcept ValueError as err:\n    msg = str(err)"
     result = analyze(src)
     assert result.outputs == {"msg"}
-    assert result.deleted == frozenset()
+    # the handler ends with an implicit ``del err``: an ``err`` bound before the cell
+    # is gone after it whenever the handler ran
+    assert result.deleted == {"err"}
     assert result.inputs == {"risky"}
+    assert analyze(src + "\nerr = None").deleted == frozenset()  # bound again after it
 
 
 def test_except_name_read_after_handler_is_input() -> None:

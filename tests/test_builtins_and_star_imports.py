@@ -88,3 +88,18 @@ def test_a_name_bound_under_time_comes_back_and_one_read_under_timeit_is_an_inpu
     statuses = _statuses(third)
     assert "executed" in statuses[1] and "executed" in statuses[2], statuses
     assert third["eval"] == {"total": "48", "counts": "[3.0, 1.0, 1.0]"}
+
+
+CATCH = "%%checkpoint catch\ntry:\n    1 / 0\nexcept ZeroDivisionError as e:\n    msg = str(e)"
+
+
+def test_a_name_an_except_clause_deleted_stays_deleted_after_a_restore(tmp_path: Path) -> None:
+    # ``e`` from an earlier cell (``from math import *`` binds one) is deleted by the
+    # handler's implicit ``del e``
+    cells = ["e = 2.5", CATCH]
+    checks = {"e": "'e' in globals()", "msg": "msg"}
+    first = run_process(tmp_path, cells, checks)
+    assert first["eval"] == {"e": "False", "msg": "'division by zero'"}
+    second = run_process(tmp_path, cells, checks)
+    assert "restored" in _statuses(second)[1], _statuses(second)
+    assert second["eval"] == first["eval"]
