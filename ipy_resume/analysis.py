@@ -35,8 +35,9 @@ class CellAnalysis:
 
     ``inputs`` are globals whose pre-cell value the cell may read; ``outputs`` are
     globals the cell may leave bound; ``deleted`` are globals the cell may leave
-    deleted (``del`` at module level). ``normalized`` is a formatting-independent
-    rendering of the code, suitable for hashing.
+    deleted (``del`` at module level, or the one that ends ``except E as name``).
+    ``normalized`` is a formatting-independent rendering of the code, suitable for
+    hashing.
     """
 
     inputs: frozenset[str]
@@ -90,6 +91,12 @@ _HISTORY_NAME = re.compile(r"_i?\d+")
 # The builtins: a read of one is an input only when the namespace shadows it (see
 # CellAnalysis.builtins); the value of the builtin itself never makes a cell stale.
 _BUILTIN_NAMES = frozenset(dir(builtins)) - _IGNORED_NAMES
+
+# Line magics whose argument is Python code that IPython runs in the cell's namespace:
+# ``%time x = f()`` binds ``x`` as the plain statement would, and ``%timeit
+# np.add.at(counts, i, 1)`` reads (and may change) ``counts``. Their code is analysed
+# where the magic's call stands; any other magic's argument stays opaque.
+_TIMEIT_OPTIONS = "n:r:tcp:qov:"  # IPython's own option string for %timeit
 
 # Names a class body binds implicitly before its first statement runs.
 _CLASS_IMPLICIT = frozenset({"__module__", "__qualname__"})
@@ -287,6 +294,66 @@ def _import_binding(alias: ast.alias) -> str:
     return alias.asname or alias.name.partition(".")[0]
 
 
+def _line_magic(node: ast.Call) -> tuple[str, str] | None:
+    """``get_ipython().run_line_magic('NAME', 'LINE')``, as IPython writes ``%NAME LINE``."""
+    func = node.func
+    if not (
+        isinstance(func, ast.Attribute)
+        and func.attr == "run_line_magic"
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "get_ipython"
+        and not func.value.args
+        and len(node.args) == 2
+        and not node.keywords
+    ):
+        return None
+    name, line = (arg.value if isinstance(arg, ast.Constant) else None for arg in node.args)
+    if isinstance(name, str) and isinstance(line, str):
+        return name, line
+    return None
+
+
+def _timeit_statement(line: str) -> tuple[str, str | None] | None:
+    """The statement ``%timeit`` times, and the name ``-v NAME`` saves its result in.
+
+    Options are read as IPython's getopt reads them; None when a token is not one of
+    them (IPython then refuses the line itself).
+
+    >>> _timeit_statement("-n1 -r 3 f(x)"), _timeit_statement("-o -v res g()")
+    (('f(x)', None), ('g()', 'res'))
+    """
+    rest = line.lstrip()
+    saved: str | None = None
+    while rest.startswith("-"):
+        token, _, after = rest.partition(" ")
+        flags = token[1:]
+        while flags:
+            flag, flags = flags[0], flags[1:]
+            spec = _TIMEIT_OPTIONS.find(flag)
+            if flag == ":" or spec < 0:
+                return None
+            if _TIMEIT_OPTIONS[spec + 1 : spec + 2] == ":":
+                if not flags:
+                    flags, _, after = after.lstrip().partition(" ")
+                if flag == "v":
+                    saved = flags
+                flags = ""
+        rest = after.lstrip()
+    return rest, saved
+
+
+def _magic_code(code: str) -> list[ast.stmt] | None:
+    # IPython transforms the argument again before running it; code that still
+    # needs that (``%time !ls``) does not parse and stays opaque, as before.
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(code, "<magic>", "exec").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def _irrefutable(case: ast.match_case) -> bool:
     pattern = case.pattern
     return case.guard is None and isinstance(pattern, ast.MatchAs) and pattern.pattern is None
@@ -445,14 +512,17 @@ class _Analyzer(ast.NodeVisitor):
         self._record(0, name)
 
     def _unbind_handler_name(self, name: str) -> None:
-        # ``except E as e`` ends with an implicit ``del e``. We report the name as
-        # neither output nor deleted; it just stops being definitely bound.
+        # ``except E as e`` ends with an implicit ``del e``. The name is no output, and
+        # may be left deleted; it just stops being definitely bound.
         if self._unbind_local(name):
             return
         if self._function_depth:
             self.unsettled.add(name)
             return
         self._module_flow.bound.discard(name)
+        # The name may be gone after the cell even though it existed before it (``e``
+        # from ``from math import *``): a restore must then remove it too.
+        self.ever_deleted.add(name)
         self._record(0, name)
 
     def _unbind_local(self, name: str) -> bool:
@@ -618,6 +688,31 @@ class _Analyzer(ast.NodeVisitor):
             self._store(node.id)
         else:
             self._delete(node.id)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self.generic_visit(node)
+        magic = _line_magic(node)
+        if magic is None:
+            return
+        name, line = magic
+        if name == "time":
+            # The statement runs here, in this scope's namespace.
+            body = _magic_code(line.removeprefix("--no-raise-error ").strip())
+            if body is not None:
+                self._visit_all(body)
+        elif name == "timeit":
+            parsed = _timeit_statement(line)
+            body = None if parsed is None else _magic_code(parsed[0])
+            if parsed is None or body is None:
+                return
+            # IPython runs it inside a function of its own, at once: what it binds
+            # stays local to that function, what it reads is this scope's.
+            self._push(self._function_frame(set(), body))
+            self._visit_all(body)
+            self._pop()
+            self._flush()
+            if parsed[1]:
+                self._store(parsed[1])
 
     def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
         self.visit(node.value)

@@ -1064,16 +1064,22 @@ def summarize(value: Any) -> dict[str, Any]:
     module = type(value).__module__
     if module not in ("builtins", "__main__"):
         summary["type"] = f"{module.split('.')[0]}.{type(value).__qualname__}"
-    shape = getattr(value, "shape", None)
-    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
-        summary["shape"] = list(shape)
-    dtype = getattr(value, "dtype", None)
-    if dtype is not None and not callable(dtype):
-        summary["dtype"] = str(dtype)
-    nbytes = getattr(value, "nbytes", None)
-    if isinstance(nbytes, int):
-        summary["bytes"] = nbytes
-    elif isinstance(value, (list, tuple, dict, set, frozenset, str, bytes)):
+    # Only array-likes are asked for these: on another object the names may run anything
+    # (a pandas GroupBy's ``dtype`` computes every group and fills its caches, which
+    # changed its fingerprint, so each later cell reading it missed after a restart).
+    if hasattr(type(value), "__array__"):
+        shape = getattr(value, "shape", None)
+        if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+            summary["shape"] = list(shape)
+        dtype = getattr(value, "dtype", None)
+        if dtype is not None and not callable(dtype):
+            summary["dtype"] = str(dtype)
+        nbytes = getattr(value, "nbytes", None)
+        if isinstance(nbytes, int):
+            summary["bytes"] = nbytes
+    if "bytes" not in summary and isinstance(
+        value, (list, tuple, dict, set, frozenset, str, bytes)
+    ):
         summary["len"] = len(value)
     return summary
 

@@ -474,12 +474,15 @@ def test_multiple_with_items() -> None:
     assert inputs(src) == {"a", "b"}
 
 
-def test_except_name_is_neither_output_nor_deleted() -> None:
+def test_except_name_is_no_output_and_may_be_left_deleted() -> None:
     src = "try:\n    risky()\nexcept ValueError as err:\n    msg = str(err)"
     result = analyze(src)
     assert result.outputs == {"msg"}
-    assert result.deleted == frozenset()
+    # the handler ends with an implicit ``del err``: an ``err`` bound before the cell
+    # is gone after it whenever the handler ran
+    assert result.deleted == {"err"}
     assert result.inputs == {"risky"}
+    assert analyze(src + "\nerr = None").deleted == frozenset()  # bound again after it
 
 
 def test_except_name_read_after_handler_is_input() -> None:
@@ -723,3 +726,35 @@ def test_normalized_matches_analyze_and_omits_positions() -> None:
     assert normalize_source(src) == analyze(src).normalized
     assert "lineno" not in normalize_source(src)
     assert normalize_source(src).startswith("Module(")
+
+
+# ------------------------------------------------------- %time and %timeit
+
+
+def _magic(name: str, line: str) -> str:
+    # what IPython's transforms make of ``%name line``
+    return f"get_ipython().run_line_magic({name!r}, {line!r})"
+
+
+def test_time_magic_code_is_analysed_where_it_stands() -> None:
+    a = analyze(_magic("time", "x = load(path)"))
+    assert (a.inputs, a.outputs) == ({"load", "path"}, {"x"})
+    assert analyze("r = " + _magic("time", "f(z)")).inputs == {"f", "z"}
+    assert analyze(_magic("time", "--no-raise-error y = g()")).outputs == {"y"}
+    # a name the cell bound before the magic is not an input
+    assert analyze("n = 3\n" + _magic("time", "m = n * 2")).inputs == frozenset()
+
+
+def test_timeit_magic_reads_but_binds_only_its_saved_result() -> None:
+    a = analyze(_magic("timeit", "-n1 -r 3 np.add.at(counts, i, 1)"))
+    assert (a.inputs, a.outputs) == ({"np", "counts", "i"}, frozenset())
+    assert analyze(_magic("timeit", "tmp = f(q)")).outputs == frozenset()
+    saved = analyze(_magic("timeit", "-o -v res g()"))
+    assert (saved.inputs, saved.outputs) == ({"g"}, {"res"})
+
+
+def test_other_magics_and_unparsable_magic_code_stay_opaque() -> None:
+    assert analyze(_magic("time", "!ls")).inputs == frozenset()
+    assert analyze(_magic("timeit", "-z f()")).inputs == frozenset()  # IPython refuses it
+    assert analyze(_magic("matplotlib", "inline")).inputs == frozenset()
+    assert analyze("get_ipython().run_line_magic(kind, 'x = 1')").outputs == frozenset()

@@ -1,7 +1,8 @@
-"""A builtin's name bound in the notebook is an input; ``from m import *`` is an output.
+"""Names a plain reading of the code misses: builtins, star imports, timed magics, handlers.
 
-Both escape a reading of the code: ``max`` may be the builtin or the notebook's list,
-and ``from numpy import *`` binds names the code does not list.
+A builtin's name bound in the notebook is an input (``max`` may be the builtin or the
+notebook's list); ``from numpy import *`` binds names the code does not list; ``%time
+x = f()`` binds ``x`` from inside a string; ``except E as e`` deletes ``e``.
 """
 
 from __future__ import annotations
@@ -61,4 +62,44 @@ def test_names_a_star_import_binds_come_back_with_its_checkpoint(tmp_path: Path)
     assert first["eval"] == {"cos": "-1.0", "module": "'math'", "arange": "[0, 1, 2]"}
     second = run_process(tmp_path, [STAR], STAR_CHECKS)
     assert "restored" in _statuses(second)[0], _statuses(second)
+    assert second["eval"] == first["eval"]
+
+
+def test_a_name_bound_under_time_comes_back_and_one_read_under_timeit_is_an_input(
+    tmp_path: Path,
+) -> None:
+    cells = [
+        "import numpy as np\ncounts = np.zeros(3)",
+        "%%checkpoint timed\n%time total = int(counts.sum()) + 45",
+        # %timeit runs its statement again and again: the in-place tally it leaves in
+        # ``counts`` is part of what the cell did
+        "%%checkpoint tally\n%timeit -n2 -r1 np.add.at(counts, [0], 1)",
+    ]
+    checks = {"total": "total", "counts": "counts.tolist()"}
+    first = run_process(tmp_path, cells, checks)
+    assert first["eval"] == {"total": "45", "counts": "[2.0, 0.0, 0.0]"}
+    second = run_process(tmp_path, cells, checks)
+    statuses = _statuses(second)
+    assert "restored" in statuses[1] and "restored" in statuses[2], statuses
+    assert second["eval"] == first["eval"]
+    # ``counts`` is an input of both cells: another one makes them execute
+    cells[0] = "import numpy as np\ncounts = np.ones(3)"
+    third = run_process(tmp_path, cells, checks)
+    statuses = _statuses(third)
+    assert "executed" in statuses[1] and "executed" in statuses[2], statuses
+    assert third["eval"] == {"total": "48", "counts": "[3.0, 1.0, 1.0]"}
+
+
+CATCH = "%%checkpoint catch\ntry:\n    1 / 0\nexcept ZeroDivisionError as e:\n    msg = str(e)"
+
+
+def test_a_name_an_except_clause_deleted_stays_deleted_after_a_restore(tmp_path: Path) -> None:
+    # ``e`` from an earlier cell (``from math import *`` binds one) is deleted by the
+    # handler's implicit ``del e``
+    cells = ["e = 2.5", CATCH]
+    checks = {"e": "'e' in globals()", "msg": "msg"}
+    first = run_process(tmp_path, cells, checks)
+    assert first["eval"] == {"e": "False", "msg": "'division by zero'"}
+    second = run_process(tmp_path, cells, checks)
+    assert "restored" in _statuses(second)[1], _statuses(second)
     assert second["eval"] == first["eval"]

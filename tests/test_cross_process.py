@@ -123,3 +123,24 @@ def test_run_all_after_restart_restores_a_chain_of_cells(tmp_path: Path) -> None
     assert second["eval"]["p"] == "15"
     assert (tmp_path / "ran.log").read_text() == "defs use last "
     assert all("restored" in cell["stderr"] for cell in second["cells"])
+
+
+GROUPBY = [
+    "import numpy as np, pandas as pd\n"
+    "df = pd.DataFrame({'key': ['a', 'a', None, 'b'], 'data': np.arange(4.0)})",
+    "%%checkpoint group\ngrouped = df['data'].groupby(df['key'])\ngrouped",
+    "%%checkpoint means\nmeans = grouped.mean().tolist()",
+]
+
+
+def test_a_saved_groupby_is_left_as_it_was_so_the_next_cell_hits_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    # Saving 'group' used to ask the GroupBy for its dtype (for the timeline's summary),
+    # which computed every group and filled its caches: its fingerprint then differed from
+    # the restored one's, and 'means' executed in every fresh kernel.
+    first = run_process(tmp_path, GROUPBY, {"m": "means"})
+    second = run_process(tmp_path, GROUPBY, {"m": "means"})
+    assert first["eval"] == second["eval"] == {"m": "[0.5, 3.0]"}
+    statuses = [cell["stderr"] for cell in second["cells"][1:]]
+    assert all("restored" in status for status in statuses), statuses
