@@ -440,3 +440,35 @@ def test_a_reshape_of_an_earlier_checkpoints_array_stays_its_view(tmp_path: Path
     second = run_process(tmp_path, [COLORS, RECOLORED], RECOLORED_CHECKS)
     assert all("restored" in s for s in _statuses(second)), _statuses(second)
     assert second["eval"] == expected
+
+
+RECORDS = [
+    "%%checkpoint people\nimport numpy as np\n"
+    "data = np.zeros(4, dtype={'names': ('name', 'age'), 'formats': ('U10', 'i4')})\n"
+    "data['age'] = [25, 45, 37, 19]",
+    # PDSH 02.09: a record-array view of an earlier cell's structured array
+    "%%checkpoint records\ndata_rec = data.view(np.recarray)",
+    "%%checkpoint alone\nfresh = np.zeros(3, dtype=[('x', 'f8')])\nfresh_rec = fresh.view(np.recarray)",
+    "data_rec.age[0] = 99\nfresh_rec.x[1] = 5.0",
+]
+RECORD_CHECKS = {
+    "age0": "int(data['age'][0])",
+    "x1": "float(fresh['x'][1])",
+    "classes": "(type(data_rec) is np.recarray, type(fresh_rec) is np.recarray)",
+    "dtype": "str(data_rec.dtype)",
+}
+
+
+def test_a_record_array_view_shares_its_base_and_is_a_recarray_after_a_restore(
+    tmp_path: Path,
+) -> None:
+    # The view was stored as a copy (views were kept for plain arrays only), so a write
+    # through 'data_rec' no longer reached 'data'; and np.recarray itself was pickled by
+    # value ('numpy.rec' is not imported until np.rec is read), so the restored array was
+    # of another class that merely has the same name.
+    first = run_process(tmp_path, RECORDS, RECORD_CHECKS)
+    assert first["eval"]["age0"] == "99" and first["eval"]["x1"] == "5.0"
+    second = run_process(tmp_path, RECORDS, RECORD_CHECKS)
+    assert all("restored" in c["stderr"] for c in second["cells"][:3]), second["cells"]
+    assert second["eval"] == first["eval"]
+    assert second["eval"]["classes"] == "(True, True)"

@@ -46,10 +46,12 @@ the unpickler.
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import dataclasses
 import functools
 import gc
+import importlib
 import io
 import json
 import pickle
@@ -506,7 +508,25 @@ class _Pickler(cloudpickle.CloudPickler):
             reduced = _arrow_reduced(obj)
             if reduced is not None:
                 return reduced
+        if isinstance(obj, type) and obj.__module__ not in sys.modules:
+            _import_home(obj)
         return super().reducer_override(obj)
+
+
+def _import_home(cls: type) -> None:
+    """Import the module a library's class names as its home, when that was never done.
+
+    ``np.recarray`` says it lives in ``numpy.rec``, a module numpy does not import
+    until ``np.rec`` is read. cloudpickle writes a class whose module is not imported
+    by value, and the class it rebuilds in another process is another class:
+    ``isinstance(r, np.recarray)`` was False after a restore. Only a module of a
+    package already imported is tried; cloudpickle then writes the class by reference
+    when that module holds that very class, and by value otherwise, as before.
+    """
+    module = cls.__module__
+    if isinstance(module, str) and module.partition(".")[0] in sys.modules:
+        with contextlib.suppress(Exception):  # it stays pickled by value, as before
+            importlib.import_module(module)
 
 
 def _unpickle(
@@ -580,6 +600,33 @@ def view_of(
     """
     memory = root.ravel(order="K").view(np.uint8)  # contiguous, so this is a view
     return np.ndarray(shape, dtype_from_json(dtype), memory, offset, strides)
+
+
+# ndarray subclasses that hold nothing but the array (no state of their own to lose): a
+# view of a stored array as one of them (``data.view(np.recarray)``) is stored as a view.
+# By name: cloudpickle writes ``np.recarray`` by value when ``numpy.rec`` (its
+# ``__module__``) was never imported, and a class rebuilt so is another class.
+_VIEW_CLASSES: dict[str, type[np.ndarray]] = {"recarray": np.recarray}
+_VIEW_CLASS_NAMES = {cls: name for name, cls in _VIEW_CLASSES.items()}
+
+
+def subclass_view_of(
+    cls: str,
+    root: np.ndarray,
+    offset: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    dtype: Any,
+) -> np.ndarray:
+    """:func:`view_of`, as an array of the plain subclass named *cls* (``"recarray"``).
+
+    >>> base = np.zeros(2, dtype=[("a", "i4")]); d = dtype_to_json(base.dtype)
+    >>> r = subclass_view_of("recarray", base, 0, (2,), (4,), d); r.a[1] = 5; int(base["a"][1])
+    5
+    """
+    if cls not in _VIEW_CLASSES:
+        raise ValueError(f"not a plain ndarray subclass: {cls!r}")
+    return view_of(root, offset, shape, strides, dtype).view(_VIEW_CLASSES[cls])
 
 
 def data_pointer(arr: np.ndarray) -> int:
@@ -709,6 +756,14 @@ class _GroupPickler(_Pickler):
                         return (view_of, (base, *args, dtype_to_json(obj.dtype)))
                 self.owners.setdefault(data_pointer(obj), obj)
         else:
+            name = _VIEW_CLASS_NAMES.get(type(obj))
+            if name is not None and not obj.dtype.hasobject and obj.size:
+                base = self.bases.get(data_pointer(array_root(obj)))
+                if base is not None and not getattr(obj, "__dict__", None):
+                    args = _view_args(obj, base)
+                    if args is not None:
+                        view = (name, base, *args, dtype_to_json(obj.dtype))
+                        return (subclass_view_of, view)
             where = modrefs.lookup(obj)
             if where is not None:  # a module's own object: restored by importing it
                 return (modrefs.import_attribute, where)
