@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import io
 import os
 import sqlite3
@@ -18,7 +19,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Protocol
@@ -191,6 +192,8 @@ class _Content:
     extras: dict[str, Any]
     info: dict[str, Any]
     missing_files: dict[str, str]  # files named with --files that could not be read
+    # the fingerprints of the cell's inputs and outputs as they are now, by name
+    current: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -539,7 +542,8 @@ class Engine:
         __tracebackhide__ = True
         background.drain(self.store.root)  # timeline events of saves finished meanwhile
         try:
-            plan = self.plan(namespace, source, opts)
+            with _collection_paused():
+                plan = self.plan(namespace, source, opts)
         except (StoreError, OSError) as exc:
             problem = f"the store {self.store.location} cannot be used ({exc})"
             plan = Plan(None, None, {}, {}, opts.seed, problem=problem)
@@ -685,13 +689,17 @@ class Engine:
             # too quick to be worth a checkpoint: nothing stored, nothing on the timeline
             self.last_outcome = Outcome("fast", key=plan.key, duration=duration)
             return _value(result)
-        content = self._content(namespace, plan, opts, ran)
+        with _collection_paused():
+            content = self._content(namespace, plan, opts, ran)
         values = content.values
         save_started = time.perf_counter()
         shared = shared_objects(self.store.location)
         shared.forget_checks()
+        # (only the save runs from here: what the values hold now is what was digested)
+        shared.current((namespace[n], d) for n, d in content.current.items() if n in namespace)
         try:
-            saved, job, to_write = self._save(plan, opts, content, shared)
+            with _collection_paused():
+                saved, job, to_write = self._save(plan, opts, content, shared)
         except Exception as exc:  # SaveError is a StoreError; anything else is a bug of ours
             shared.forget_checks()  # (what it read of the objects is not kept alive)
             listed = ", ".join(sorted(values)) or "no names"
@@ -846,6 +854,14 @@ class Engine:
                     missing_files[f"file:{path}"] = exc.strerror or str(exc)
             extras["files"] = files
         digests = _digests_of(values, after)
+        # What each input and output holds now: unchanged inputs as the key took them.
+        current = {
+            name: digest
+            for name, digest in [*plan.input_digests.items(), *ran.reached.items()]
+            if name in namespace and name not in plan.analysis.outputs and name not in mutated
+        }
+        current.update(after)
+        current.update(digests)
         info: dict[str, Any] = {
             "key_parts": plan.parts,
             "inputs": sorted(plan.input_digests),
@@ -878,7 +894,7 @@ class Engine:
             info["file_deps"] = ran.files_read
         if ran.files_written:
             info["files_written"] = ran.files_written
-        return _Content(names, values, extras, info, missing_files)
+        return _Content(names, values, extras, info, missing_files, current)
 
     def _save(
         self, plan: Plan, opts: CheckpointOptions, content: _Content, shared: SharedObjects
@@ -1164,6 +1180,30 @@ def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str,
         with contextlib.suppress(Unfingerprintable):
             digests[name] = fingerprinter.digest(namespace[name])
     return digests
+
+
+@contextlib.contextmanager
+def _collection_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a key is digested or a save serialised.
+
+    Both allocate a tuple or a set entry per object they visit, and every few hundred
+    allocations the collector walks the objects of the whole kernel: a notebook's large
+    heap made those walks a third of a save's time (a pickle's memo copy, the walk of what
+    the values hold).  Nothing is freed later than the end of the save; the collector
+    stays off when it was off.
+
+    >>> with _collection_paused():
+    ...     gc.isenabled()
+    False
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _digests_of(values: Mapping[str, Any], known: Mapping[str, bytes]) -> dict[str, bytes]:

@@ -36,6 +36,9 @@ _SKIP_TYPES = (
 )
 
 _NOT_MODULE_OBJECTS = _VALUE_TYPES + _SKIP_TYPES  # (asked for every object a save pickles)
+# Their exact types, which most module attributes have (functions, classes, constants): a
+# set lookup settles those, isinstance the rest (subclasses: bool, enums, metaclasses).
+_NOT_MODULE_EXACT = frozenset(_NOT_MODULE_OBJECTS)
 _MAIN_NAMES = frozenset({"__main__", "__mp_main__"})
 _index: dict[int, tuple[str, str]] = {}
 _seen: set[str] = set()  # module names indexed so far
@@ -50,6 +53,7 @@ def _index_modules() -> None:
     """
     global _indexed_modules
     main = sys.modules.get("__main__")
+    exact, skip = _NOT_MODULE_EXACT, _NOT_MODULE_OBJECTS  # (locals: read 80,000 times)
     for name, module in list(sys.modules.items()):
         if name in _seen:
             continue
@@ -65,7 +69,7 @@ def _index_modules() -> None:
         except TypeError:
             continue
         for attr, obj in attrs:
-            if attr.startswith("__") or isinstance(obj, _NOT_MODULE_OBJECTS):
+            if type(obj) in exact or attr[:2] == "__" or isinstance(obj, skip):
                 continue
             known = _index.get(id(obj))
             # Prefer the shortest (most public) path: scipy.stats.norm over its private home.

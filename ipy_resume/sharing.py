@@ -30,7 +30,7 @@ import os
 import sys
 import types
 import weakref
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +141,11 @@ class SharedObjects:
         self._groups: dict[int, tuple[set[int], set[str]]] = {}
         self._by_checkpoint: dict[str, dict[str, None]] = {}  # id -> tokens, in entry order
         self._array_tokens: dict[str, None] = {}  # entries holding an ndarray, in entry order
+        # Fingerprints of objects as they are now, during one operation (id -> (object,
+        # digest)): the engine's of the cell's inputs and outputs, and those check() took.
+        # A figure an earlier cell stored is otherwise digested again by check() and again
+        # for the record of a value stored with it (tens of milliseconds each).
+        self._digests: dict[int, tuple[object, bytes]] = {}
 
     @property
     def _entries(self) -> dict[str, _Entry]:
@@ -256,6 +261,7 @@ class SharedObjects:
             self._add(tok, entry, value)
         self._checked.clear()
         self._walked.clear()
+        self._digests.clear()
         self._arrays = None
 
     def restored(self, manifest: Manifest, values: Mapping[str, object]) -> None:
@@ -312,10 +318,8 @@ class SharedObjects:
         if entry.fingerprint is None and entry.ref.kind != "hdf5":
             return False  # no fingerprint to tell whether it changed: store it again
         if entry.fingerprint is not None:
-            try:
-                return Fingerprinter().digest(obj) == entry.fingerprint
-            except Unfingerprintable:
-                return False
+            now = self._digest_now(obj)
+            return now is not None and now == entry.fingerprint
         plan = codecs.plan_array(obj)
         return plan is not None and blobs.digest(blobs.XXH3, plan.chunks()) == entry.ref.blob
 
@@ -414,7 +418,31 @@ class SharedObjects:
 
     def digest(self, value: object) -> str | None:
         """The hex fingerprint a save records for *value* (None when it has none)."""
-        return fingerprints_of({"v": value}).get("v")
+        if codecs.array_blob_eligible(value) or _exact_round_trip(value):
+            return None  # (as fingerprints_of leaves it out)
+        now = self._digest_now(value)
+        return None if now is None else now.hex()
+
+    def current(self, pairs: Iterable[tuple[object, bytes]]) -> None:
+        """Take these (object, fingerprint) pairs as what the objects hold now, until the
+        next :meth:`forget_checks` or :meth:`note` (the engine's digests of a cell's inputs
+        and outputs after it ran: nothing runs between them and the save that asks).
+
+        >>> shared_objects("/tmp/doc-store").current([(obj, digest)])  # doctest: +SKIP
+        """
+        for obj, digest in pairs:
+            self._digests[id(obj)] = (obj, digest)
+
+    def _digest_now(self, obj: object) -> bytes | None:
+        known = self._digests.get(id(obj))
+        if known is not None and known[0] is obj:
+            return known[1]
+        try:
+            now = Fingerprinter().digest(obj)
+        except Unfingerprintable:
+            return None
+        self._digests[id(obj)] = (obj, now)
+        return now
 
     def forget(self, checkpoint_id: str) -> None:
         """Stop linking to *checkpoint_id* (it failed to load: its blobs are suspect)."""
@@ -425,6 +453,7 @@ class SharedObjects:
         """Start a new operation: objects may have changed since the last answers."""
         self._checked.clear()
         self._walked.clear()
+        self._digests.clear()
         self._arrays = None
 
 
