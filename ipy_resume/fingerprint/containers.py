@@ -15,10 +15,10 @@ from typing import Any
 
 from .core import CALL_MEMO, RESOLVED_ATOMIC, Fingerprinter, Handler, Rule, add_exact, add_provider
 from .primitives import (
-    _NAN_BYTES,
+    F64,
     MISSING,
+    NAN_BYTES,
     NONE_DIGEST,
-    _f64,
     atomic_bytearray,
     atomic_bytes,
     atomic_complex,
@@ -41,7 +41,7 @@ def _items(fp: Fingerprinter, v: Any, tag: bytes) -> bytes:
         return hash128(buf)
     # atomic_float inlined: lists of floats are common inputs of small cells, and the two
     # calls per item were most of their digest's time (the bytes are the same)
-    pack, nan = _f64, _NAN_BYTES
+    pack, nan = F64, NAN_BYTES
     for item in v:
         if type(item) is float:
             buf += hash128(b"float\0" + (pack(item) if item == item else nan))

@@ -42,7 +42,7 @@ Atomic = Callable[[Any], bytes]
 
 hash128 = xxhash.xxh3_128_digest
 pack_u64 = struct.Struct("<Q").pack
-_f64 = struct.Struct("<d").pack
+F64 = struct.Struct("<d").pack  # a float's bytes in a digest (containers inline it)
 _q3 = struct.Struct("<qqq").pack
 
 # Bodies above this size are fed to a streaming hasher instead of being concatenated: the
@@ -113,11 +113,11 @@ def exception_reason(exc: BaseException) -> str:
 
 # ---- atomic values: no references to other objects -------------------------------------------
 
-_NAN_BYTES = b"\x00\x00\x00\x00\x00\x00\xf8\x7f"
+NAN_BYTES = b"\x00\x00\x00\x00\x00\x00\xf8\x7f"  # every NaN digests as this one
 
 
 def _f64_bytes(v: float) -> bytes:
-    return _NAN_BYTES if math.isnan(v) else _f64(v)
+    return NAN_BYTES if math.isnan(v) else F64(v)
 
 
 def atomic_int(v: int) -> bytes:

@@ -244,6 +244,10 @@ class Backend(abc.ABC):
         """:meth:`local_path` of each of *keys* (keys a listing of this backend gave)."""
         return [self.local_path(k) for k in keys]
 
+    def local_names(self, keys: Iterable[str]) -> builtins.list[str]:
+        """:meth:`local_paths` as text (where a Path per key would cost more than its use)."""
+        return [os.fspath(p) for p in self.local_paths(keys)]
+
     def temp_key(self, key: str) -> str:
         """A new key for a temporary file beside *key* (with :attr:`local_files` only)."""
         raise NotImplementedError(f"{type(self).__name__} stages nothing")
@@ -377,10 +381,13 @@ class LocalBackend(Backend):
         return os.path.isdir(self._name(prefix))
 
     def local_paths(self, keys: Iterable[str]) -> builtins.list[Path]:
+        return [Path(name) for name in self.local_names(keys)]
+
+    def local_names(self, keys: Iterable[str]) -> builtins.list[str]:
         # joined as text (keys of this backend's own listing): a pathlib join per file
         # costs more than the listing
         top = self.url
-        return [Path(os.path.join(top, k)) for k in keys]
+        return [os.path.join(top, k) for k in keys]
 
     def temp_key(self, key: str) -> str:
         """A new key for a temporary file beside *key* (what a staged save writes first;

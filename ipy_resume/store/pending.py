@@ -301,14 +301,10 @@ def recover(store: Store) -> Recovered:
     backend = store.backend
     if not backend.local_files:
         return done
-    # Joined as text, and a Path made only for another process's record: this runs
-    # before every read, and while the writer catches up the folder holds dozens of
-    # this process's own records.
-    top = os.fspath(backend.local_path(FOLDER))
-    for name in backend.names(FOLDER):
-        if not name.endswith(".json"):
-            continue
-        where = os.path.join(top, name)
+    # As text, and a Path made only for another process's record: this runs before every
+    # read, and while the writer catches up the folder holds dozens of this process's own.
+    keys = [f"{FOLDER}/{name}" for name in backend.names(FOLDER) if name.endswith(".json")]
+    for where in backend.local_names(keys):
         if _is_mine(where):
             continue  # this process's own save, still on its way: a live writer's
         path = Path(where)
