@@ -347,6 +347,19 @@ def test_plain_python_is_left_as_ipython_leaves_it(shell: InteractiveShell) -> N
     assert _untouched("y = x + 1", steps[1:]) is None  # another set of transforms: not known
 
 
+def _committed_manifest(shell: InteractiveShell, base: str, n: int) -> Path:
+    """Run checkpointed cell *n* over ``base = <base>``, wait until it is durable, and give
+    the path of the manifest the background writer committed (read from the engine: listing
+    the store would parse it here)."""
+    shell.run_cell(f"base = {base}")
+    assert shell.run_cell(_cell(n)).success
+    shell.run_line_magic("checkpoint", "wait")
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (path,) = engine._committed.values()
+    return Path(path)
+
+
 def test_a_hit_after_a_background_save_compares_the_bytes_and_parses_nothing(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -354,12 +367,7 @@ def test_a_hit_after_a_background_save_compares_the_bytes_and_parses_nothing(
 
     from ipy_resume.store import manifest as manifest_module
 
-    shell.run_cell("base = [float(i) for i in range(10)]")
-    assert shell.run_cell(_cell(5)).success
-    shell.run_line_magic("checkpoint", "wait")
-    engine = magics_of(shell).last_engine
-    assert engine is not None
-    (path,) = engine._committed.values()  # (listing the store would parse it here)
+    path = _committed_manifest(shell, "[float(i) for i in range(10)]", 5)
     shell.run_cell("del v5")
     reads = spy(monkeypatch, backend_module, "_read_fd")
     parsed = spy(monkeypatch, manifest_module.Manifest, "from_json")
@@ -372,13 +380,7 @@ def test_a_hit_after_a_background_save_compares_the_bytes_and_parses_nothing(
 def test_a_manifest_tampered_after_the_writer_parsed_it_is_refused(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shell.run_cell("base = [1.0, 2.0]")
-    assert shell.run_cell(_cell(6)).success
-    shell.run_line_magic("checkpoint", "wait")
-    engine = magics_of(shell).last_engine
-    assert engine is not None
-    (where,) = engine._committed.values()
-    path = Path(where)
+    path = _committed_manifest(shell, "[1.0, 2.0]", 6)
     data = path.read_bytes()
     assert data.count(b'"v6"') >= 1
     with open(path, "r+b") as f:  # same inode and size, new bytes: the signature fails
