@@ -100,6 +100,32 @@ def python_output(code: str, seed: str, cwd: Path) -> str:
     return proc.stdout
 
 
+_REPORTS = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the main process, a folder for the workers' reliability figures (``pytest -n``)."""
+    import tempfile
+
+    import reliability_report
+
+    if not hasattr(config, "workerinput") and reliability_report.FOLDER_ENV not in os.environ:
+        folder = tempfile.mkdtemp(prefix="ipy-resume-reports-")
+        os.environ[reliability_report.FOLDER_ENV] = folder
+        config.stash[_REPORTS] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    import reliability_report
+
+    folder = config.stash.get(_REPORTS, None)  # (only the folder made above)
+    if folder is not None:
+        os.environ.pop(reliability_report.FOLDER_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Show the reliability suite's figures (kills, positions, detected, lost) in every run."""
     import reliability_report

@@ -66,9 +66,9 @@ def test_hist_tuple_is_fast() -> None:
 
 
 def timed(value: object) -> float:
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU: what a loaded machine does not stretch
     fingerprint(value)
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 MANY = """
@@ -95,23 +95,28 @@ def many(n: int, kind: str) -> tuple[Any, Any]:
     return ns["many"](n, kind)  # type: ignore[no-any-return]
 
 
+ARTISTS = int(os.environ.get("IPY_RESUME_MANY_ARTISTS", "3000"))
+"""Artists in the large figure: adding them costs matplotlib seconds per thousand (the
+10,000-artist figure is measured by the benchmark, W9)."""
+
+
 @pytest.mark.parametrize("kind", ["rectangles", "lines"])
-def test_figure_with_ten_thousand_artists(kind: str) -> None:
-    fig, ax = many(10_000, kind)
+def test_figure_with_many_artists(kind: str) -> None:
+    fig, ax = many(ARTISTS, kind)
     digest = fingerprint(fig)  # and the rule caches
     key = min(timed(fig) for _ in range(2))
-    start = time.perf_counter()
+    start = time.thread_time()
     pickle.dumps(fig, protocol=5)
-    baseline = time.perf_counter() - start
+    baseline = time.thread_time() - start
     # An order of magnitude only (the target, under 1 s and below pickling, is measured by
     # the benchmark, W9): a regression to a reference cycle per artist or to a digest per
     # attribute shows here.
     assert key < 10
     assert key < 5 * baseline + 0.5
     if kind == "rectangles":
-        ax.patches[5_000].set_height(100)
+        ax.patches[ARTISTS // 2].set_height(100)
     else:
-        ax.lines[5_000].set_color("black")
+        ax.lines[ARTISTS // 2].set_color("black")
     assert fingerprint(fig) != digest
 
 
@@ -215,13 +220,13 @@ def test_many_artists_agree_across_processes() -> None:
     code = MANY + (
         "from ipy_resume.fingerprint import fingerprint\n"
         "for kind in ('rectangles', 'lines'):\n"
-        "    fig, ax = many(2000, kind)\n"
+        "    fig, ax = many(500, kind)\n"
         "    print(fingerprint(fig).hex())\n"
     )
     outputs = [python_output(code, seed, REPO).split() for seed in ("0", "11")]
     assert outputs[0] == outputs[1]
     assert len(set(outputs[0])) == 2
-    assert [fingerprint(many(2000, kind)[0]).hex() for kind in ("rectangles", "lines")] == (
+    assert [fingerprint(many(500, kind)[0]).hex() for kind in ("rectangles", "lines")] == (
         outputs[0]
     )
 

@@ -69,8 +69,11 @@ def test_ten_thousand_checkpoints_made_in_one_second_show_unique_prefixes(
     first8 = [i[:8] for i in ids]
     longer = [i for i, s in short.items() if len(s) > mf.SHORT_ID]
     assert all(first8.count(i[:8]) > 1 for i in longer)
-    for ident, prefix in short.items():
-        assert [i for i in ids if i.startswith(prefix)] == [ident]
+    ordered = sorted(ids)  # each prefix starts exactly its own id: its neighbours don't share it
+    for at, ident in enumerate(ordered):
+        prefix = short[ident]
+        neighbours = ordered[max(at - 1, 0) : at] + ordered[at + 1 : at + 2]
+        assert ident.startswith(prefix) and not any(n.startswith(prefix) for n in neighbours)
     # `list` shows exactly these prefixes
     out = io.StringIO()
     with redirect_stdout(out):

@@ -155,12 +155,27 @@ _FILE_LAYER = {"backend.py", "fsio.py", "lock.py"}
 _USER_FOLDERS = {"signing.py", "blobcache.py", "location.py", "remote_journal.py"}
 
 
+def _segment(lines: list[str], node: ast.stmt) -> str:
+    """The source of *node* (``ast.get_source_segment`` splits the whole file each call)."""
+    end = node.end_lineno or node.lineno
+    chunk = lines[node.lineno - 1 : end]
+    if not chunk:
+        return ""
+    if len(chunk) == 1:
+        return chunk[0].encode()[node.col_offset : node.end_col_offset].decode()
+    first = chunk[0].encode()[node.col_offset :].decode()
+    last = chunk[-1].encode()[: node.end_col_offset].decode()
+    return "".join([first, *chunk[1:-1], last])
+
+
 def test_no_module_joins_a_path_to_a_store_folder() -> None:
     found = []
     for path in sorted(STORE.glob("*.py")):
         if path.name in _FILE_LAYER | _USER_FOLDERS:
             continue
-        tree = ast.parse(path.read_text())
+        source = path.read_text()
+        lines = source.splitlines(keepends=True)
+        tree = ast.parse(source)
         for node in ast.walk(tree):
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
                 continue  # docstrings (their examples)
@@ -168,7 +183,7 @@ def test_no_module_joins_a_path_to_a_store_folder() -> None:
                 node, (ast.FunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
             ):
                 continue
-            text = ast.get_source_segment(path.read_text(), node) or ""
+            text = _segment(lines, node)
             if _PATH_JOIN.search(text):
                 found.append(f"{path.name}:{node.lineno}: {text.strip()[:80]}")
     assert found == []

@@ -557,7 +557,9 @@ class BlobStore:
                         return f"is truncated ({actual} of {size} bytes)"
                     return f"has the wrong size ({actual} bytes, expected {size})"
                 h = new_hasher(algo)
-                chunk = bytearray(_CHUNK)
+                # no larger than the file: zeroing an 8 MiB buffer costs a small blob's
+                # check several times its hashing
+                chunk = bytearray(min(_CHUNK, max(size, 1)))
                 view = memoryview(chunk)
                 while n := f.readinto(chunk):
                     h.update(view[:n])
