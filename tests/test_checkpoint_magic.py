@@ -84,6 +84,41 @@ def test_trailing_semicolon_hides_result(shell: InteractiveShell) -> None:
     assert run(shell, "%%checkpoint semi2\n1 + 1") == 2
 
 
+@pytest.mark.parametrize(
+    ("source", "hidden"),
+    [
+        ("1 + 1;", True),
+        ("1 + 1", False),
+        ("x = 1\nx;  # a comment ; here", True),
+        ("x = 1\nx  # a comment ;", False),
+        ("(1 +\n 2);", True),
+        ("(1 +\n 2)\n", False),
+        ("(1)", False),
+        ("'a;' ;", True),
+        ("'a;'", False),
+        ("'é' + 'ü' ;", True),
+        ("'é' + 'ü;'", False),
+        ("f'{1};'", False),
+        ("x = 1; x", False),
+        ("x = 1; x;", True),
+        ("if True:\n    y = 2\ny;\n\n", True),
+        ('"""multi\nline;"""', False),
+        ('"""multi\nline""";', True),
+        ("x = 1\r\nx;", True),
+    ],
+)
+def test_trailing_semicolon_found_from_the_last_statement(source: str, hidden: bool) -> None:
+    # Only what follows the last statement is tokenized: the answer must be the whole
+    # text's, whatever the statement holds (strings, comments, non-ASCII, line breaks).
+    import ast
+
+    from ipy_resume.execution import _ends_with_semicolon
+
+    final = ast.parse(source).body[-1]
+    assert _ends_with_semicolon(source) is hidden
+    assert _ends_with_semicolon(source, final) is hidden
+
+
 def test_rich_display_is_recorded_and_replayed(shell: InteractiveShell) -> None:
     cell = (
         "%%checkpoint rich --quiet\n"
