@@ -48,6 +48,9 @@ _address = object.__hash__
 _index: dict[int, tuple[str, str]] = {}
 _seen: set[str] = set()  # module names indexed so far
 _indexed_modules = -1
+# type -> whether it is a subclass of one of _NOT_MODULE_OBJECTS (types are kept alive here:
+# a few hundred library classes)
+_SKIPPED_TYPE: dict[type, bool] = {}
 
 
 def _index_modules() -> None:
@@ -59,7 +62,7 @@ def _index_modules() -> None:
     global _indexed_modules
     main = sys.modules.get("__main__")
     exact, skip = _NOT_MODULE_EXACT, _NOT_MODULE_OBJECTS  # (locals: read 80,000 times)
-    index, address = _index, _address
+    index, address, skipped = _index, _address, _SKIPPED_TYPE
     for name, module in list(sys.modules.items()):
         if name in _seen:
             continue
@@ -75,7 +78,15 @@ def _index_modules() -> None:
         except TypeError:
             continue
         for attr, obj in attrs:
-            if type(obj) in exact or attr[:2] == "__" or isinstance(obj, skip):
+            t = type(obj)
+            if t in exact or attr[:2] == "__":
+                continue
+            # isinstance(obj, skip), with its answer for the type remembered: isinstance
+            # asks the type, then a __class__ that differs from it (a proxy's) - asked here too.
+            by_type = skipped.get(t)
+            if by_type is None:
+                by_type = skipped[t] = issubclass(t, skip)
+            if by_type or (getattr(obj, "__class__", t) is not t and isinstance(obj, skip)):
                 continue
             key = address(obj)
             known = index.get(key)
