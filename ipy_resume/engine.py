@@ -832,30 +832,32 @@ class Engine:
         """What the checkpoint of this run holds: values, extras and the manifest's info."""
         assert plan.analysis is not None
         result = ran.result
-        # One fingerprinter for every digest after the run: nothing but this method runs
-        # between them, so what one digest found of a class, function or module (and of an
-        # object bound to two names) holds for the others.
+        # (settings and files first: the digests below then follow each other with nothing
+        # but this method's bookkeeping between them)
+        changed_settings = settings.changes(ran.settings_before, settings.snapshot())
+        missing_files: dict[str, str] = {}
+        files: dict[str, bytes] = {}
+        for path in opts.files:
+            try:
+                files[path] = Path(path).read_bytes()
+            except OSError as exc:
+                missing_files[f"file:{path}"] = exc.strerror or str(exc)
+        # One fingerprinter for every digest after the run: nothing else runs between
+        # them, so what one digest found of a class, function or module (and of an object
+        # bound to two names) holds for the others.
         fingerprinter = _Once()
         names, deleted, mutated, after = self._outputs(
             namespace, plan, opts, ran.before, ran.reached, ran.starred, fingerprinter
         )
         values = {name: namespace[name] for name in names}
         extras: dict[str, Any] = {"outputs": result.record, "rng": ran.rng_state}
-        changed_settings = settings.changes(ran.settings_before, settings.snapshot())
         if changed_settings:
             extras["settings"] = changed_settings
         if result.has_value:
             extras["result"] = result.value
             if result.shown is not None:
                 extras["shown"] = result.shown
-        missing_files: dict[str, str] = {}
         if opts.files:
-            files: dict[str, bytes] = {}
-            for path in opts.files:
-                try:
-                    files[path] = Path(path).read_bytes()
-                except OSError as exc:
-                    missing_files[f"file:{path}"] = exc.strerror or str(exc)
             extras["files"] = files
         digests = _digests_of(values, after, fingerprinter)
         # What each input and output holds now: unchanged inputs as the key took them.
