@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from ipy_resume.fingerprint import fingerprint
 from ipy_resume.store import Store
 
 
@@ -231,6 +232,23 @@ def test_inplace_mutations_are_restored(shell: InteractiveShell) -> None:
     # ``arr *= 2`` rebinds arr, so it is an ordinary output; the others were changed in place.
     assert set(manifest.info["mutated"]) == {"lst", "df"}
     assert {"lst", "arr", "df"} <= set(manifest.info["outputs"])
+
+
+def test_a_change_through_one_of_two_names_changes_both(shell: InteractiveShell) -> None:
+    # One object under two names is digested once per key and once after the run: the
+    # change made through one name must still show in both, and in the next key.
+    shell.user_ns.update(a=[1], b=None)
+    shell.user_ns["b"] = shell.user_ns["a"]
+    cell = "%%checkpoint alias\nb.append(len(a))\ntotal = sum(a) + sum(b)\n"
+    run(shell, cell)
+    manifest = Store(Path("store")).manifests()[-1]
+    assert set(manifest.info["mutated"]) == {"a", "b"}
+    digests = manifest.info["output_digests"]
+    assert digests["a"] == digests["b"] == fingerprint([1, 1]).hex()
+    assert manifest.info["key_parts"]["input:a"] == manifest.info["key_parts"]["input:b"]
+    assert manifest.info["key_parts"]["input:a"] == fingerprint([1]).hex()
+    run(shell, cell)  # [1, 1] now: a new key, so the cell executes again
+    assert shell.user_ns["a"] == [1, 1, 2] and shell.user_ns["total"] == 8
 
 
 def test_deletions_are_applied_on_hit(shell: InteractiveShell) -> None:
