@@ -501,7 +501,7 @@ class Engine:
             "format": FORMAT_VERSION,
         }
         names = (analysis.reads(namespace, known or ()) | set(opts.inputs)) - set(opts.ignore)
-        fingerprinter = Fingerprinter()
+        fingerprinter = _Once()
         digests: dict[str, bytes] = {}
         for name in sorted(names):
             if known is not None and name in known:
@@ -832,28 +832,34 @@ class Engine:
         """What the checkpoint of this run holds: values, extras and the manifest's info."""
         assert plan.analysis is not None
         result = ran.result
+        # (settings and files first: the digests below then follow each other with nothing
+        # but this method's bookkeeping between them)
+        changed_settings = settings.changes(ran.settings_before, settings.snapshot())
+        missing_files: dict[str, str] = {}
+        files: dict[str, bytes] = {}
+        for path in opts.files:
+            try:
+                files[path] = Path(path).read_bytes()
+            except OSError as exc:
+                missing_files[f"file:{path}"] = exc.strerror or str(exc)
+        # One fingerprinter for every digest after the run: nothing else runs between
+        # them, so what one digest found of a class, function or module (and of an object
+        # bound to two names) holds for the others.
+        fingerprinter = _Once()
         names, deleted, mutated, after = self._outputs(
-            namespace, plan, opts, ran.before, ran.reached, ran.starred
+            namespace, plan, opts, ran.before, ran.reached, ran.starred, fingerprinter
         )
         values = {name: namespace[name] for name in names}
         extras: dict[str, Any] = {"outputs": result.record, "rng": ran.rng_state}
-        changed_settings = settings.changes(ran.settings_before, settings.snapshot())
         if changed_settings:
             extras["settings"] = changed_settings
         if result.has_value:
             extras["result"] = result.value
             if result.shown is not None:
                 extras["shown"] = result.shown
-        missing_files: dict[str, str] = {}
         if opts.files:
-            files: dict[str, bytes] = {}
-            for path in opts.files:
-                try:
-                    files[path] = Path(path).read_bytes()
-                except OSError as exc:
-                    missing_files[f"file:{path}"] = exc.strerror or str(exc)
             extras["files"] = files
-        digests = _digests_of(values, after)
+        digests = _digests_of(values, after, fingerprinter)
         # What each input and output holds now: unchanged inputs as the key took them.
         current = {
             name: digest
@@ -967,6 +973,7 @@ class Engine:
         before: set[str],
         reached: dict[str, bytes],
         starred: dict[str, Any] | None = None,
+        fingerprinter: Fingerprinter | None = None,
     ) -> tuple[list[str], list[str], list[str], dict[str, bytes]]:
         """Names to store, names the cell removed, inputs it changed in place, and the
         fingerprints of those inputs after the run.
@@ -980,7 +987,7 @@ class Engine:
         assert plan.analysis is not None
         mutated: list[str] = []
         after: dict[str, bytes] = {}
-        fingerprinter = Fingerprinter()
+        fingerprinter = fingerprinter or _Once()
         for name, digest in [*plan.input_digests.items(), *reached.items()]:
             if name in plan.analysis.outputs or name not in namespace:
                 continue
@@ -1206,10 +1213,14 @@ def _collection_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _digests_of(values: Mapping[str, Any], known: Mapping[str, bytes]) -> dict[str, bytes]:
+def _digests_of(
+    values: Mapping[str, Any],
+    known: Mapping[str, bytes],
+    fingerprinter: Fingerprinter | None = None,
+) -> dict[str, bytes]:
     """Every stored value's fingerprint, as a later cell's key would take it: what a Run All
     plan chains through when this checkpoint would be restored."""
-    fingerprinter = Fingerprinter()
+    fingerprinter = fingerprinter or _Once()
     out: dict[str, bytes] = {}
     for name, value in values.items():
         if name in known:
@@ -1218,6 +1229,36 @@ def _digests_of(values: Mapping[str, Any], known: Mapping[str, bytes]) -> dict[s
         with contextlib.suppress(Unfingerprintable):
             out[name] = fingerprinter.digest(value)
     return out
+
+
+class _Once(Fingerprinter):
+    """A fingerprinter that digests an object bound to several names once.
+
+    For digests taken while nothing else runs (a key's inputs; a run's inputs and outputs
+    after it): the same object then has the same digest.  The objects are kept, so their
+    addresses are not reused meanwhile.
+
+    >>> fp, a = _Once(), [1]
+    >>> fp.digest(a) is fp.digest(a)
+    True
+    """
+
+    __slots__ = ("_tops",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tops: dict[int, tuple[object, bytes]] = {}
+
+    def digest(self, value: object) -> bytes:
+        if self._active:  # a registered callback's part: the traversal's own memo
+            return super().digest(value)
+        key = object.__hash__(value)
+        done = self._tops.get(key)
+        if done is not None:
+            return done[1]
+        result = super().digest(value)
+        self._tops[key] = (value, result)
+        return result
 
 
 def _value(result: RunResult) -> Any:

@@ -40,7 +40,7 @@ def compile_cell(source: str, filename: str = "<cell>", flags: int = 0) -> Compi
     tree = ast.parse(source, filename=filename, mode="exec")
     last: ast.Expression | None = None
     final = tree.body[-1] if tree.body else None
-    if isinstance(final, ast.Expr) and not _ends_with_semicolon(source):
+    if isinstance(final, ast.Expr) and not _ends_with_semicolon(source, final):
         tree.body.pop()
         last = ast.Expression(final.value)
     body = compile(tree, filename, "exec", flags=flags, dont_inherit=True)
@@ -60,17 +60,46 @@ def run_compiled(cell: CompiledCell, namespace: MutableMapping[str, Any]) -> tup
     return eval(cell.last, globals_), True
 
 
-def _ends_with_semicolon(source: str) -> bool:
-    # Tokens, not text: a '#' or ';' inside a string literal must not count.
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER}
-    skip |= {tokenize.INDENT, tokenize.DEDENT}
-    last = None
+_SKIPPED = frozenset(
+    {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT}
+    | {tokenize.DEDENT}
+)
+
+
+def _ends_with_semicolon(source: str, final: ast.stmt | None = None) -> bool:
+    """Whether the last token of *source* (not a comment) is ``;``.
+
+    Tokens, not text: a '#' or ';' inside a string literal must not count.  With *final*,
+    the cell's last statement, only what follows it is tokenized (the tokenizer is pure
+    Python, milliseconds for a long cell): the statement's own last token is never ';',
+    so the last token of the whole is the remainder's when it has one, and the remainder
+    starts outside any string.  Anything unusual takes the whole text.
+    """
+    rest = None
+    end_line = getattr(final, "end_lineno", None)
+    end_col = getattr(final, "end_col_offset", None)
+    if end_line is not None and end_col is not None and "\r" not in source:
+        lines = source.split("\n")
+        if end_line <= len(lines):
+            # (column offsets count the line's UTF-8 bytes)
+            tail = lines[end_line - 1].encode("utf-8")[end_col:].decode("utf-8", "replace")
+            rest = "\n".join([tail, *lines[end_line:]])
+    if rest is not None:
+        try:
+            return _last_is_semicolon(rest)
+        except (tokenize.TokenError, SyntaxError):
+            pass
     try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type not in skip:
-                last = token
+        return _last_is_semicolon(source)
     except (tokenize.TokenError, SyntaxError):
         return False
+
+
+def _last_is_semicolon(text: str) -> bool:
+    last = None
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type not in _SKIPPED:
+            last = token
     return last is not None and last.type == tokenize.OP and last.string == ";"
 
 

@@ -353,11 +353,18 @@ class _ReaderImports:
 
     def __init__(self) -> None:
         self._busy: set[str] = set()
+        # The readers' module names, rebuilt when READERS changes: asked on every import
+        # (hundreds per notebook), where a scan of the readers cost more than the answer.
+        self._readers: list[Reader] = []
+        self._modules: frozenset[str] = frozenset()
 
     def find_spec(
         self, fullname: str, path: Any = None, target: types.ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname in self._busy or all(r.module != fullname for r in READERS):
+        if self._readers != READERS:
+            self._readers = list(READERS)
+            self._modules = frozenset(r.module for r in READERS)
+        if fullname not in self._modules or fullname in self._busy:
             return None
         self._busy.add(fullname)
         try:

@@ -40,9 +40,17 @@ _NOT_MODULE_OBJECTS = _VALUE_TYPES + _SKIP_TYPES  # (asked for every object a sa
 # set lookup settles those, isinstance the rest (subclasses: bool, enums, metaclasses).
 _NOT_MODULE_EXACT = frozenset(_NOT_MODULE_OBJECTS)
 _MAIN_NAMES = frozenset({"__main__", "__mp_main__"})
+# Index keys are addresses as ``object.__hash__`` gives them (unique among live objects),
+# not ``id()``: id raises an audit event, and with the hook of the files a cell reads
+# installed each call runs it (80,000 attributes per full index, a lookup per object a
+# save pickles).
+_address = object.__hash__
 _index: dict[int, tuple[str, str]] = {}
 _seen: set[str] = set()  # module names indexed so far
 _indexed_modules = -1
+# type -> whether it is a subclass of one of _NOT_MODULE_OBJECTS (types are kept alive here:
+# a few hundred library classes)
+_SKIPPED_TYPE: dict[type, bool] = {}
 
 
 def _index_modules() -> None:
@@ -54,6 +62,7 @@ def _index_modules() -> None:
     global _indexed_modules
     main = sys.modules.get("__main__")
     exact, skip = _NOT_MODULE_EXACT, _NOT_MODULE_OBJECTS  # (locals: read 80,000 times)
+    index, address, skipped = _index, _address, _SKIPPED_TYPE
     for name, module in list(sys.modules.items()):
         if name in _seen:
             continue
@@ -69,12 +78,21 @@ def _index_modules() -> None:
         except TypeError:
             continue
         for attr, obj in attrs:
-            if type(obj) in exact or attr[:2] == "__" or isinstance(obj, skip):
+            t = type(obj)
+            if t in exact or attr[:2] == "__":
                 continue
-            known = _index.get(id(obj))
+            # isinstance(obj, skip), with its answer for the type remembered: isinstance
+            # asks the type, then a __class__ that differs from it (a proxy's) - asked here too.
+            by_type = skipped.get(t)
+            if by_type is None:
+                by_type = skipped[t] = issubclass(t, skip)
+            if by_type or (getattr(obj, "__class__", t) is not t and isinstance(obj, skip)):
+                continue
+            key = address(obj)
+            known = index.get(key)
             # Prefer the shortest (most public) path: scipy.stats.norm over its private home.
             if known is None or len(name) < len(known[0]):
-                _index[id(obj)] = (name, attr)
+                index[key] = (name, attr)
     _indexed_modules = len(sys.modules)
 
 
@@ -87,11 +105,12 @@ def lookup(obj: object) -> tuple[str, str] | None:
     >>> lookup([1, 2]) is None
     True
     """
-    if isinstance(obj, _NOT_MODULE_OBJECTS) or type(obj).__module__ == "__main__":
+    t = type(obj)
+    if t in _NOT_MODULE_EXACT or isinstance(obj, _NOT_MODULE_OBJECTS) or t.__module__ == "__main__":
         return None  # values without identity, or the notebook's own objects
     if _indexed_modules != len(sys.modules):
         _index_modules()
-    found = _index.get(id(obj))
+    found = _index.get(_address(obj))
     if found is None:
         return None
     module = sys.modules.get(found[0])
@@ -100,7 +119,7 @@ def lookup(obj: object) -> tuple[str, str] | None:
         # of the object it held (addresses are reused).  Dropped, not re-indexed: a full
         # walk of every module costs ~10 ms, and an object bound into a module since the
         # last walk is not in the index whatever its address (as for any other object).
-        _index.pop(id(obj), None)
+        _index.pop(_address(obj), None)
         return None
     return found
 

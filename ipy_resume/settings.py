@@ -177,10 +177,20 @@ def merge(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any
 # ---- helpers ---------------------------------------------------------------------------------
 
 
+_MISSING = object()
+
+
 def dict_diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> dict[str, Any] | None:
     """Keys set (new or changed value) and keys removed."""
     before = before or {}
-    changed = {k: v for k, v in after.items() if k not in before or not _same(before[k], v)}
+    # The same object is an unchanged value (snapshots hold the settings' own values, so
+    # most are): compared by identity first, == only for the rest (320 rcParams per cell).
+    missing = _MISSING
+    changed = {
+        k: v
+        for k, v in after.items()
+        if (b := before.get(k, missing)) is not v and (b is missing or not _same(b, v))
+    }
     removed = [k for k in before if k not in after]
     if not changed and not removed:
         return None
@@ -284,21 +294,36 @@ def draws(inputs: Iterable[Any]) -> bool:
 # ---- pandas ----------------------------------------------------------------------------------
 
 
+# The registered option names and their paths in pandas' option tree, split once: the
+# split and a context manager per option were most of a snapshot's time (twice per cell).
+_pd_paths: tuple[frozenset[str], list[tuple[str, tuple[str, ...], str]]] = (frozenset(), [])
+
+
 def _pd_snapshot() -> dict[str, Any] | None:
+    global _pd_paths
     pd = sys.modules.get("pandas")
     if pd is None:
         return None
     # Read from pandas' option tree rather than through get_option, which warns on every
     # deprecated option (and this runs twice per cell).
     config = pd._config.config
-    out: dict[str, Any] = {}
-    for key in config._registered_options:
-        with contextlib.suppress(Exception):
-            node = config._global_config
+    registered = config._registered_options
+    if registered.keys() != _pd_paths[0]:
+        paths = []
+        for key in registered:
             *path, leaf = key.split(".")
+            paths.append((key, tuple(path), leaf))
+        _pd_paths = (frozenset(registered), paths)
+    root = config._global_config
+    out: dict[str, Any] = {}
+    for key, path, leaf in _pd_paths[1]:
+        try:
+            node = root
             for part in path:
                 node = node[part]
             out[key] = node[leaf]
+        except Exception:  # an option pandas registers without a value
+            continue
     return out
 
 

@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from ipy_resume.fingerprint import fingerprint
 from ipy_resume.store import Store
 
 
@@ -82,6 +83,41 @@ def test_result_value_and_stdout_are_replayed(
 def test_trailing_semicolon_hides_result(shell: InteractiveShell) -> None:
     assert run(shell, "%%checkpoint semi\n1 + 1;") is None
     assert run(shell, "%%checkpoint semi2\n1 + 1") == 2
+
+
+@pytest.mark.parametrize(
+    ("source", "hidden"),
+    [
+        ("1 + 1;", True),
+        ("1 + 1", False),
+        ("x = 1\nx;  # a comment ; here", True),
+        ("x = 1\nx  # a comment ;", False),
+        ("(1 +\n 2);", True),
+        ("(1 +\n 2)\n", False),
+        ("(1)", False),
+        ("'a;' ;", True),
+        ("'a;'", False),
+        ("'é' + 'ü' ;", True),
+        ("'é' + 'ü;'", False),
+        ("f'{1};'", False),
+        ("x = 1; x", False),
+        ("x = 1; x;", True),
+        ("if True:\n    y = 2\ny;\n\n", True),
+        ('"""multi\nline;"""', False),
+        ('"""multi\nline""";', True),
+        ("x = 1\r\nx;", True),
+    ],
+)
+def test_trailing_semicolon_found_from_the_last_statement(source: str, hidden: bool) -> None:
+    # Only what follows the last statement is tokenized: the answer must be the whole
+    # text's, whatever the statement holds (strings, comments, non-ASCII, line breaks).
+    import ast
+
+    from ipy_resume.execution import _ends_with_semicolon
+
+    final = ast.parse(source).body[-1]
+    assert _ends_with_semicolon(source) is hidden
+    assert _ends_with_semicolon(source, final) is hidden
 
 
 def test_rich_display_is_recorded_and_replayed(shell: InteractiveShell) -> None:
@@ -196,6 +232,23 @@ def test_inplace_mutations_are_restored(shell: InteractiveShell) -> None:
     # ``arr *= 2`` rebinds arr, so it is an ordinary output; the others were changed in place.
     assert set(manifest.info["mutated"]) == {"lst", "df"}
     assert {"lst", "arr", "df"} <= set(manifest.info["outputs"])
+
+
+def test_a_change_through_one_of_two_names_changes_both(shell: InteractiveShell) -> None:
+    # One object under two names is digested once per key and once after the run: the
+    # change made through one name must still show in both, and in the next key.
+    shell.user_ns.update(a=[1], b=None)
+    shell.user_ns["b"] = shell.user_ns["a"]
+    cell = "%%checkpoint alias\nb.append(len(a))\ntotal = sum(a) + sum(b)\n"
+    run(shell, cell)
+    manifest = Store(Path("store")).manifests()[-1]
+    assert set(manifest.info["mutated"]) == {"a", "b"}
+    digests = manifest.info["output_digests"]
+    assert digests["a"] == digests["b"] == fingerprint([1, 1]).hex()
+    assert manifest.info["key_parts"]["input:a"] == manifest.info["key_parts"]["input:b"]
+    assert manifest.info["key_parts"]["input:a"] == fingerprint([1]).hex()
+    run(shell, cell)  # [1, 1] now: a new key, so the cell executes again
+    assert shell.user_ns["a"] == [1, 1, 2] and shell.user_ns["total"] == 8
 
 
 def test_deletions_are_applied_on_hit(shell: InteractiveShell) -> None:

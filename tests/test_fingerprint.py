@@ -1073,6 +1073,28 @@ def test_dataframe_layout_does_not_matter() -> None:
     assert fingerprint(from_array) == fingerprint(from_dict)
 
 
+def test_dataframe_columns_read_from_blocks_digest_as_through_iloc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Columns are read as their blocks store them; pandas without that method takes each
+    # column through ``iloc``: both must give the same digest for every kind of column.
+    wide = pd.DataFrame(np.asfortranarray(np.arange(24.0).reshape(6, 4)), columns=list("abcd"))
+    mixed = frame()
+    mixed["f32"] = np.float32(1.5)
+    mixed["b"] = [True, False, True]
+    mixed["naive"] = pd.to_datetime(["2024-01-01", None, "2024-01-03"])
+    mixed["td"] = pd.to_timedelta([1, 2, 3], unit="s")
+    mixed["arrow"] = pd.Series(["p", None, "q"], dtype="str", index=mixed.index)
+    frames = [frame(), wide, wide.iloc[1:5, ::2], mixed, mixed.T, pd.DataFrame()]
+    duplicated = frame()
+    duplicated.columns = ["x"] * duplicated.shape[1]
+    frames.append(duplicated)
+    fast = [fingerprint(df) for df in frames]
+    monkeypatch.delattr(pd.DataFrame, "_get_column_array")
+    assert [fingerprint(df) for df in frames] == fast
+    assert len(set(fast)) == len(fast)
+
+
 def test_numeric_columns_are_hashed_as_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 

@@ -18,6 +18,7 @@ import xxhash
 from .. import modrefs, pages
 from .containers import c_dict, instance_state
 from .core import CALL_MEMO, Fingerprinter, Rule, add_provider
+from .core import address as _object_address
 from .primitives import NONE_DIGEST, hash128, pack_u64
 from .reduce import c_reduce
 
@@ -94,9 +95,10 @@ def _c_order_chunks(arr: Any) -> Iterator[Any]:
 # them in place (xxh3 does not depend on how the input is split), at a fraction of the cost of
 # setting that up, which dominates for the small arrays of a figure's artists and transforms.
 _SMALL_BYTES = 1 << 16
-# id(dtype) -> (dtype, digest of its token) for dtypes without fields or sub-arrays, whose
-# token cannot change (only a structured dtype's field names can be set); None for dtypes
-# whose arrays are not raw bytes.  The dtype is kept so its id is not reused.
+# address(dtype) -> (dtype, digest of its token) for dtypes without fields or sub-arrays,
+# whose token cannot change (only a structured dtype's field names can be set); None for
+# dtypes whose arrays are not raw bytes.  The dtype is kept so its address is not reused.
+# (The address as the traversal's memo takes it: id() runs the process's audit hooks.)
 _DTYPE_HEADS: dict[int, tuple[Any, bytes | None]] = {}
 _DTYPE_HEADS_MAX = 1_000
 # shape -> its encoding in the digest (ndim and sizes): a figure's arrays have few shapes
@@ -111,13 +113,13 @@ def small_array_digest(arr: Any) -> bytes | None:
     value, without the fingerprinter's bookkeeping.
     """
     dt = arr.dtype
-    cached = _DTYPE_HEADS.get(id(dt))
+    cached = _DTYPE_HEADS.get(_object_address(dt))
     if cached is None:
         if dt.fields is not None or dt.subdtype is not None:
             return None
         token = None if dt.hasobject or dt.kind not in _RAW_KINDS else hash128(_dtype_token(dt))
         if len(_DTYPE_HEADS) < _DTYPE_HEADS_MAX:
-            _DTYPE_HEADS[id(dt)] = (dt, token)
+            _DTYPE_HEADS[_object_address(dt)] = (dt, token)
     else:
         token = cached[1]
     if token is None or arr.nbytes > _SMALL_BYTES or not arr.flags.c_contiguous:
