@@ -3,6 +3,7 @@ transform, the parsed options, the RNG state, the decoded extras."""
 
 from __future__ import annotations
 
+import gc
 import random
 from pathlib import Path
 from typing import Any
@@ -391,3 +392,44 @@ def test_a_manifest_tampered_after_the_writer_parsed_it_is_refused(
     err = capsys.readouterr().err
     assert "restored 'own6'" not in err and "executed 'own6'" in err
     assert "w6" not in shell.user_ns and shell.user_ns["v6"] == [t * 0.5 + 6 for t in (1.0, 2.0)]
+
+
+def test_a_hit_loads_with_the_collector_off_and_leaves_it_as_it_was(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ipy_resume import restoring
+
+    seen: list[tuple[str, bool]] = []
+    for name in ("load", "apply"):
+        real = getattr(restoring, name)
+
+        def observed(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            seen.append((_name, gc.isenabled()))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(restoring, name, observed)
+    shell.run_cell("base = [1.0, 2.0]")
+    shell.run_cell(_cell(4))
+    shell.run_cell("del v4")
+    assert gc.isenabled()
+    assert shell.run_cell(_cell(4)).success
+    assert seen == [("load", False), ("apply", False)] and gc.isenabled()
+    assert shell.user_ns["v4"] == [t * 0.5 + 4 for t in (1.0, 2.0)]
+    # a load that fails verification turns it back on too
+    engine = magics_of(shell).last_engine
+    assert engine is not None
+    (found,) = engine.store.manifests()
+    _flip_first_byte(engine.store, found.values["v4"])
+    shell.run_cell("del v4")
+    capsys.readouterr()
+    shell.run_cell(_cell(4).replace("--quiet", ""))
+    assert "corrupt" in capsys.readouterr().err and gc.isenabled()
+    # a kernel that turned the collector off finds it off after a hit
+    shell.run_cell("del v4")
+    seen.clear()
+    gc.disable()
+    try:
+        assert shell.run_cell(_cell(4)).success
+        assert seen == [("load", False), ("apply", False)] and not gc.isenabled()
+    finally:
+        gc.enable()
