@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest's worker processes (pytest-xdist): most tests wait on a kernel or a subprocess,
+# so two workers use a 2-core machine's cores; 0 runs every test in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test lint typecheck unit lab bench clean
 
@@ -28,7 +31,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 
 lab: $(STAMP)
@@ -93,5 +96,5 @@ screenshots: $(LAB_STAMP) $(UI_STAMP) chromium
 # ---- everything, in order: set-up, lint, types, browser tests, then pytest ---------------------
 # pytest exits 5 when it collected nothing; that must never pass as green.
 test: setup lint typecheck ui-test
-	$(BIN)/python -m pytest; rc=$$?; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
