@@ -393,6 +393,34 @@ def test_store_round_trip_property(tmp_path: Path, arr: np.ndarray, big: bool) -
     assert isinstance(got, np.ndarray) and _equal(got, arr)
 
 
+def test_a_lone_view_of_a_small_memory_comes_back_a_view_and_of_a_large_one_a_copy(
+    store: Store,
+) -> None:
+    """Views of memory nothing stored owns: a small memory is stored whole with its first
+    view (views stay views, even a lone one, in one pickle of the group), a large one is not."""
+    small = np.arange(40.0).reshape(20, 2)
+    other = np.arange(30.0).reshape(10, 3)
+    large = np.arange(float(codecs.ROOT_SLACK_MIN // 4)).reshape(-1, 2)
+    holder = types.SimpleNamespace(
+        x=small[:, 0], rows=small[::2], lone=other[:, 1], big=large[:4, 0]
+    )
+    pickled = codecs.pickle_group({"holder": holder})
+    assert pickled.roots and all(r.nbytes > codecs.ROOT_SLACK_MIN for r in pickled.roots)
+    store.save("lone", "k", {"holder": holder})
+    m = store.find("lone", "k")
+    assert m is not None
+    back = store.load_values(m)["holder"]
+    assert isinstance(back, types.SimpleNamespace)
+    for name in ("x", "rows", "lone", "big"):
+        assert getattr(back, name).tolist() == getattr(holder, name).tolist(), name
+    back.x[2] = -1.0
+    assert back.rows[1, 0] == -1.0  # one memory again
+    assert isinstance(back.lone.base, np.ndarray) and back.lone.base.nbytes == other.nbytes
+    assert not np.may_share_memory(back.lone, back.x)
+    # the large memory is not stored for four of its numbers
+    assert not isinstance(back.big.base, np.ndarray) or back.big.base.nbytes < large.nbytes
+
+
 def test_a_group_links_objects_and_plain_containers_stored_elsewhere() -> None:
     box = types.SimpleNamespace(n=1)
     items = [1, 2]

@@ -736,13 +736,20 @@ class _GroupPickler(_Pickler):
                 root = array_root(obj)
                 address = data_pointer(root)
                 base = self.bases.get(address)
+                # (read-only memory is a library's shared cache: left alone)
+                shareable = (
+                    type(root) is np.ndarray and root.flags.writeable and not root.dtype.hasobject
+                )
+                if base is None and shareable and root.nbytes <= ROOT_SLACK_MIN:
+                    # A small memory is stored whole at the first view of it, and every view
+                    # as a view of it: whether another view or its owner comes later is not
+                    # known yet, and finding out cost a second pickle of the group.
+                    base = root
                 if base is not None and base is not obj:
                     args = _view_args(obj, base)
                     if args is not None:
                         return (view_of, (base, *args, dtype_to_json(obj.dtype)))
-                # (read-only memory is a library's shared cache: left alone)
-                shareable = type(root) is np.ndarray and root.flags.writeable
-                if base is None and shareable and not root.dtype.hasobject:
+                if base is None and shareable:
                     _, count, total = self.view_roots.get(address, (root, 0, 0))
                     self.view_roots[address] = (root, count + 1, total + obj.nbytes)
             elif obj.flags.writeable and (obj.flags.c_contiguous or obj.flags.f_contiguous):
@@ -1006,9 +1013,9 @@ def pickle_group(
         if isinstance(arr.base, np.ndarray) and whole_view(arr):
             by_address.setdefault(data_pointer(arr), arr)
     first = _dump_group(values, links, check, by_address)
-    # Arrays of the group that view one memory (two slices of one array, an array and its
-    # reshape, a Bunch's ``data`` and ``images``): a second pass stores that memory once
-    # and each array as a view of it, unless the memory is much larger than the views.
+    # Arrays of the group that view one memory larger than ROOT_SLACK_MIN (a smaller one the
+    # pickler stores whole at its first view): a second pass stores that memory once and
+    # each array as a view of it, unless the memory is much larger than the views.
     pickler = first[0]
     wanted = {
         address: root
