@@ -844,7 +844,8 @@ _NO_IDENTITY = (str, bytes, int, float, complex, bool, type(None), tuple, frozen
 _PLAIN_CONTAINERS = frozenset({list, dict, set, bytearray})
 _WALK_SKIPS = (*_NO_IDENTITY, np.dtype, np.generic, pickle.PickleBuffer, types.ModuleType)
 _MEMBERS_MAX = 20_000  # objects walked per save or restore to find what values share (~0.1 s)
-_ATOMS = frozenset({str, bytes, int, float, complex, bool, type(None)})  # exact types only
+# exact types only
+_ATOMS: frozenset[type] = frozenset({str, bytes, int, float, complex, bool, type(None)})
 _FLAT = frozenset({list, tuple, set, frozenset})
 
 
@@ -919,6 +920,10 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     artist = _mpl_artist()
     pandas_skip, pandas_index = _pandas_rules()
     seen: set[int] = set(skip or ())  # (objects written as links: their insides are theirs)
+    # What each type is to the walk, settled at its first object: most of what a walk meets
+    # is numbers and strings (an object's attribute names, again and again), and a type
+    # lookup settles those before their identity is looked at.
+    kinds: dict[type, int] = dict.fromkeys(_ATOMS, _W_SKIP)
     # Two stacks in step, the objects and whether each sits inside an artist (a tuple per
     # object cost a quarter of the walk).
     todo: list[Any] = list(values)
@@ -926,22 +931,25 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     while todo:
         obj = todo.pop()
         in_artist = inside.pop()
+        kind = type(obj)
+        what = kinds.get(kind)
+        if what is None:
+            what = _walk_kind(obj, kind, artist, pandas_skip, pandas_index)
+            if _own_class(obj, kind):  # (a proxy's class is its referent's: asked each time)
+                kinds[kind] = what
+        if what == _W_SKIP:
+            continue
         key = id(obj)
         if key in seen:
             continue
         seen.add(key)
         if len(seen) > _MEMBERS_MAX:
             break
-        if isinstance(obj, (tuple, frozenset)):  # no identity of its own; its items may
+        if what == _W_TUPLE:  # no identity of its own; its items may
             todo.extend(obj)
             inside.extend([in_artist] * len(obj))
             continue
-        if isinstance(obj, _WALK_SKIPS) or callable(obj):
-            continue
-        if pandas_skip and isinstance(obj, pandas_skip):
-            continue
-        kind = type(obj)
-        if pandas_index is not None and isinstance(obj, pandas_index):
+        if what == _W_INDEX:
             out.add(key)  # its name can be set in place: shared, it stays shared
             state = getattr(obj, "__dict__", None)
             if isinstance(state, dict):
@@ -949,7 +957,7 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
                 todo.extend(kept)
                 inside.extend([in_artist] * len(kept))
                 continue
-        if kind is np.ndarray:
+        elif what == _W_ARRAY:
             if obj.flags.writeable:  # read-only: a cache a library hands to everyone
                 out.add(key)
                 out.add(data_pointer(array_root(obj)))
@@ -961,21 +969,67 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
                     todo.extend(sample)
                     inside.extend([in_artist] * len(sample))
             continue
-        if artist is not None and kind.__module__.startswith("matplotlib"):
-            if not isinstance(obj, artist):
-                continue  # transforms, paths, fonts, colormaps: shared by every figure
+        elif what == _W_ARTIST:
             in_artist = True
         if modrefs.lookup(obj) is not None:
             continue
-        # Inside an artist, lists and dicts are often rc values every artist shares.
-        if not (in_artist and kind in _PLAIN_CONTAINERS):
+        if what == _W_PLAIN:
+            # Inside an artist, lists and dicts are often rc values every artist shares.
+            if not in_artist:
+                out.add(key)
+            if kind is dict:
+                keys = set(map(type, obj)) <= _ATOMS
+                if keys and set(map(type, obj.values())) <= _ATOMS:
+                    continue  # nothing in it has an identity (see flat)
+                children = list(obj.values()) if keys else gc.get_referents(obj)
+            elif kind is bytearray:
+                continue  # (bytes: nothing to enter)
+            elif set(map(type, obj)) <= _ATOMS:
+                continue  # a list of floats: not worth a step each
+            else:
+                children = list(obj)
+        else:
             out.add(key)
-        if kind in _PLAIN_CONTAINERS and flat(obj):
-            continue  # its items have no identity: not worth a step each (a list of floats)
-        children = gc.get_referents(obj)
+            children = gc.get_referents(obj)
         todo.extend(children)
         inside.extend([in_artist] * len(children))
     return out
+
+
+# What a type is to identities (see _walk_kind)
+_W_SKIP, _W_TUPLE, _W_INDEX, _W_ARRAY, _W_ARTIST, _W_PLAIN, _W_OTHER = range(7)
+
+
+def _own_class(obj: object, kind: type) -> bool:
+    try:
+        return getattr(obj, "__class__", kind) is kind
+    except Exception:  # (a dead weak proxy)
+        return False
+
+
+def _walk_kind(
+    obj: object,
+    kind: type,
+    artist: type | None,
+    pandas_skip: tuple[type, ...],
+    pandas_index: type | None,
+) -> int:
+    """How :func:`identities` treats *obj*: by its type alone, so for every object of it
+    (unless its class is not its type)."""
+    if isinstance(obj, (tuple, frozenset)):
+        return _W_TUPLE
+    if isinstance(obj, _WALK_SKIPS) or callable(obj):  # (callable: a property of the type)
+        return _W_SKIP
+    if pandas_skip and isinstance(obj, pandas_skip):
+        return _W_SKIP
+    if pandas_index is not None and isinstance(obj, pandas_index):
+        return _W_INDEX
+    if kind is np.ndarray:
+        return _W_ARRAY
+    if artist is not None and kind.__module__.startswith("matplotlib"):
+        # transforms, paths, fonts, colormaps: shared by every figure
+        return _W_ARTIST if isinstance(obj, artist) else _W_SKIP
+    return _W_PLAIN if kind in _PLAIN_CONTAINERS else _W_OTHER
 
 
 def pickle_group(
