@@ -439,6 +439,26 @@ def test_a_group_links_objects_and_plain_containers_stored_elsewhere() -> None:
     assert holder["items"] is items and holder["items2"] is items
 
 
+def test_a_walk_made_before_the_pickle_is_taken_only_when_it_is_the_same_walk() -> None:
+    """A walk that skipped an object the pickle then writes inline (its link failed its
+    check) is not the walk of what the group holds: the group walks again."""
+    inner = [1, 2]
+    box = types.SimpleNamespace(inner=inner)
+    values = {"holder": {"box": box}}
+    links = {id(box): "c/box"}
+    walked = codecs.Walk.of(list(values.values()), {id(box)})
+    assert walked.hits == {id(box)} and id(inner) not in walked.held
+    copied = codecs.pickle_group(values, links, lambda token: False, walked=walked)
+    assert {id(box), id(inner)} <= copied.members  # held inline: its insides count
+    linked = codecs.pickle_group(values, links, lambda token: True, walked=walked)
+    assert linked.links == {"c/box"}
+    assert linked.members == codecs.identities(values.values(), {id(box)}) == walked.held
+    # another value than the walk's: walked again
+    other = {"holder": {"box": box, "more": [inner]}}
+    again = codecs.pickle_group(other, links, lambda token: True, walked=walked)
+    assert again.members == codecs.identities(other.values(), {id(box)}) != walked.held
+
+
 def test_a_link_that_fails_its_check_is_stored_as_a_copy() -> None:
     box = types.SimpleNamespace(n=1)
     items = [1, 2]

@@ -901,7 +901,7 @@ def _pandas_rules() -> tuple[tuple[type, ...], type | None]:
     return skip, index if isinstance(index, type) else None
 
 
-def identities(values: Any, skip: set[int] | None = None) -> set[int]:
+def identities(values: Any, skip: set[int] | None = None, hits: set[int] | None = None) -> set[int]:
     """Evidence of what *values* hold: ids of the objects in them that have an identity.
 
     A walk of the object graph (``gc.get_referents``, at most 20,000 objects) that neither
@@ -912,6 +912,9 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     dtypes, its copy-on-write bookkeeping, or an Index's caches (an Index itself counts).  A
     writeable array also counts by the address of the memory it views.
 
+    The objects of *skip* are neither counted nor entered; those the walk met are added
+    to *hits*.
+
     >>> shared = [1]; box = type("Box", (), {})(); box.items = shared
     >>> identities([box, "text", 3]) == {id(box), id(shared)}  # not the string, not 3
     True
@@ -919,7 +922,11 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     out: set[int] = set()
     artist = _mpl_artist()
     pandas_skip, pandas_index = _pandas_rules()
-    seen: set[int] = set(skip or ())  # (objects written as links: their insides are theirs)
+    skipped = skip or set()
+    seen: set[int] = set(skipped)  # (objects written as links: their insides are theirs)
+    # (the objects walked count, not those skipped: a walk that skips more links walks the
+    # same objects as one that skips fewer, up to the first it meets of those)
+    budget = _MEMBERS_MAX + len(seen)
     # What each type is to the walk, settled at its first object: most of what a walk meets
     # is numbers and strings (an object's attribute names, again and again), and a type
     # lookup settles those before their identity is looked at.
@@ -941,9 +948,11 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
             continue
         key = id(obj)
         if key in seen:
+            if hits is not None and key in skipped:
+                hits.add(key)
             continue
         seen.add(key)
-        if len(seen) > _MEMBERS_MAX:
+        if len(seen) > budget:
             break
         if what == _W_TUPLE:  # no identity of its own; its items may
             todo.extend(obj)
@@ -1032,17 +1041,50 @@ def _walk_kind(
     return _W_PLAIN if kind in _PLAIN_CONTAINERS else _W_OTHER
 
 
+@dataclass
+class Walk:
+    """What :func:`identities` found in *values*, skipping *skip*, and the skipped objects it
+    met (*hits*): :func:`pickle_group` takes it for its own walk when the two are the same."""
+
+    values: list[object]
+    skip: set[int]
+    hits: set[int]
+    held: set[int]
+
+    @classmethod
+    def of(cls, values: list[object], skip: set[int]) -> Walk:
+        """Walk *values*.
+
+        >>> box = type("Box", (), {})(); Walk.of([box], set()).held == {id(box)}
+        True
+        """
+        hits: set[int] = set()
+        return cls(values, skip, hits, identities(values, skip, hits))
+
+    def stands_for(self, values: list[object], skip: set[int]) -> bool:
+        """True when a walk of *values* skipping *skip* meets exactly what this one met:
+        the same values, and of the objects one skips and the other does not, none met."""
+        return (
+            len(values) == len(self.values)
+            and all(a is b for a, b in zip(values, self.values, strict=True))
+            and skip <= self.skip
+            and self.hits <= skip
+        )
+
+
 def pickle_group(
     values: dict[str, object],
     links: dict[int, str] | None = None,
     check: Callable[[str], bool] | None = None,
     bases: list[np.ndarray] | None = None,
+    walked: Walk | None = None,
 ) -> PickledGroup:
     """Pickle *values* as one dict; raises :class:`EncodeError` when any cannot be pickled.
 
     *links* maps ``id(obj)`` to a token for objects stored elsewhere: each is written
     as a reference, after ``check(token)`` confirms it (once per token) is still the
-    object that was stored.  Views of the arrays in *bases* stay views of them.
+    object that was stored.  Views of the arrays in *bases* stay views of them.  *walked*
+    is a walk of these values the caller made already, taken when it is the walk needed.
 
     >>> g = pickle_group({"a": [1], "b": 2})
     >>> unpickle_group(g.stream, g.buffers, lambda pid: None)["a"]
@@ -1094,11 +1136,16 @@ def pickle_group(
         pickler, stream, buffers = _dump_group(values, links, check, by_address, persist=True)
         memo = pickler.memo.copy()
     linked = {i for i, token in (links or {}).items() if token in pickler.used}
-    # (a link written by reducer_override is in the memo too: it is not held inline)
-    reached = {id(obj) for _, obj in memo.values()} - linked
+    # (a link written by reducer_override is in the memo too: it is not held inline; the
+    # memo's keys are the ids of its objects)
+    reached = set(memo).difference(linked)
     del memo
     pickler.clear_memo()
-    held = identities(values.values(), linked)
+    tops = list(values.values())
+    if walked is not None and walked.stands_for(tops, linked):
+        held = set(walked.held)
+    else:
+        held = identities(tops, linked)
     held.update(pickler.view_roots)  # addresses of the memory views elsewhere point into
     roots = [root for root, _, _ in pickler.view_roots.values()]
     return PickledGroup(stream, buffers, pickler.used, held, reached, roots, linked)
