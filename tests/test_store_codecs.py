@@ -393,6 +393,34 @@ def test_store_round_trip_property(tmp_path: Path, arr: np.ndarray, big: bool) -
     assert isinstance(got, np.ndarray) and _equal(got, arr)
 
 
+def test_a_lone_view_of_a_small_memory_comes_back_a_view_and_of_a_large_one_a_copy(
+    store: Store,
+) -> None:
+    """Views of memory nothing stored owns: a small memory is stored whole with its first
+    view (views stay views, even a lone one, in one pickle of the group), a large one is not."""
+    small = np.arange(40.0).reshape(20, 2)
+    other = np.arange(30.0).reshape(10, 3)
+    large = np.arange(float(codecs.ROOT_SLACK_MIN // 4)).reshape(-1, 2)
+    holder = types.SimpleNamespace(
+        x=small[:, 0], rows=small[::2], lone=other[:, 1], big=large[:4, 0]
+    )
+    pickled = codecs.pickle_group({"holder": holder})
+    assert pickled.roots and all(r.nbytes > codecs.ROOT_SLACK_MIN for r in pickled.roots)
+    store.save("lone", "k", {"holder": holder})
+    m = store.find("lone", "k")
+    assert m is not None
+    back = store.load_values(m)["holder"]
+    assert isinstance(back, types.SimpleNamespace)
+    for name in ("x", "rows", "lone", "big"):
+        assert getattr(back, name).tolist() == getattr(holder, name).tolist(), name
+    back.x[2] = -1.0
+    assert back.rows[1, 0] == -1.0  # one memory again
+    assert isinstance(back.lone.base, np.ndarray) and back.lone.base.nbytes == other.nbytes
+    assert not np.may_share_memory(back.lone, back.x)
+    # the large memory is not stored for four of its numbers
+    assert not isinstance(back.big.base, np.ndarray) or back.big.base.nbytes < large.nbytes
+
+
 def test_a_group_links_objects_and_plain_containers_stored_elsewhere() -> None:
     box = types.SimpleNamespace(n=1)
     items = [1, 2]
@@ -409,6 +437,26 @@ def test_a_group_links_objects_and_plain_containers_stored_elsewhere() -> None:
     assert isinstance(holder, dict)
     assert holder["box"] is box and holder["again"] is box
     assert holder["items"] is items and holder["items2"] is items
+
+
+def test_a_walk_made_before_the_pickle_is_taken_only_when_it_is_the_same_walk() -> None:
+    """A walk that skipped an object the pickle then writes inline (its link failed its
+    check) is not the walk of what the group holds: the group walks again."""
+    inner = [1, 2]
+    box = types.SimpleNamespace(inner=inner)
+    values = {"holder": {"box": box}}
+    links = {id(box): "c/box"}
+    walked = codecs.Walk.of(list(values.values()), {id(box)})
+    assert walked.hits == {id(box)} and id(inner) not in walked.held
+    copied = codecs.pickle_group(values, links, lambda token: False, walked=walked)
+    assert {id(box), id(inner)} <= copied.members  # held inline: its insides count
+    linked = codecs.pickle_group(values, links, lambda token: True, walked=walked)
+    assert linked.links == {"c/box"}
+    assert linked.members == codecs.identities(values.values(), {id(box)}) == walked.held
+    # another value than the walk's: walked again
+    other = {"holder": {"box": box, "more": [inner]}}
+    again = codecs.pickle_group(other, links, lambda token: True, walked=walked)
+    assert again.members == codecs.identities(other.values(), {id(box)}) != walked.held
 
 
 def test_a_link_that_fails_its_check_is_stored_as_a_copy() -> None:

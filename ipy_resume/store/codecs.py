@@ -736,13 +736,20 @@ class _GroupPickler(_Pickler):
                 root = array_root(obj)
                 address = data_pointer(root)
                 base = self.bases.get(address)
+                # (read-only memory is a library's shared cache: left alone)
+                shareable = (
+                    type(root) is np.ndarray and root.flags.writeable and not root.dtype.hasobject
+                )
+                if base is None and shareable and root.nbytes <= ROOT_SLACK_MIN:
+                    # A small memory is stored whole at the first view of it, and every view
+                    # as a view of it: whether another view or its owner comes later is not
+                    # known yet, and finding out cost a second pickle of the group.
+                    base = root
                 if base is not None and base is not obj:
                     args = _view_args(obj, base)
                     if args is not None:
                         return (view_of, (base, *args, dtype_to_json(obj.dtype)))
-                # (read-only memory is a library's shared cache: left alone)
-                shareable = type(root) is np.ndarray and root.flags.writeable
-                if base is None and shareable and not root.dtype.hasobject:
+                if base is None and shareable:
                     _, count, total = self.view_roots.get(address, (root, 0, 0))
                     self.view_roots[address] = (root, count + 1, total + obj.nbytes)
             elif obj.flags.writeable and (obj.flags.c_contiguous or obj.flags.f_contiguous):
@@ -837,7 +844,8 @@ _NO_IDENTITY = (str, bytes, int, float, complex, bool, type(None), tuple, frozen
 _PLAIN_CONTAINERS = frozenset({list, dict, set, bytearray})
 _WALK_SKIPS = (*_NO_IDENTITY, np.dtype, np.generic, pickle.PickleBuffer, types.ModuleType)
 _MEMBERS_MAX = 20_000  # objects walked per save or restore to find what values share (~0.1 s)
-_ATOMS = frozenset({str, bytes, int, float, complex, bool, type(None)})  # exact types only
+# exact types only
+_ATOMS: frozenset[type] = frozenset({str, bytes, int, float, complex, bool, type(None)})
 _FLAT = frozenset({list, tuple, set, frozenset})
 
 
@@ -893,7 +901,7 @@ def _pandas_rules() -> tuple[tuple[type, ...], type | None]:
     return skip, index if isinstance(index, type) else None
 
 
-def identities(values: Any, skip: set[int] | None = None) -> set[int]:
+def identities(values: Any, skip: set[int] | None = None, hits: set[int] | None = None) -> set[int]:
     """Evidence of what *values* hold: ids of the objects in them that have an identity.
 
     A walk of the object graph (``gc.get_referents``, at most 20,000 objects) that neither
@@ -904,6 +912,9 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     dtypes, its copy-on-write bookkeeping, or an Index's caches (an Index itself counts).  A
     writeable array also counts by the address of the memory it views.
 
+    The objects of *skip* are neither counted nor entered; those the walk met are added
+    to *hits*.
+
     >>> shared = [1]; box = type("Box", (), {})(); box.items = shared
     >>> identities([box, "text", 3]) == {id(box), id(shared)}  # not the string, not 3
     True
@@ -911,7 +922,15 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     out: set[int] = set()
     artist = _mpl_artist()
     pandas_skip, pandas_index = _pandas_rules()
-    seen: set[int] = set(skip or ())  # (objects written as links: their insides are theirs)
+    skipped = skip or set()
+    seen: set[int] = set(skipped)  # (objects written as links: their insides are theirs)
+    # (the objects walked count, not those skipped: a walk that skips more links walks the
+    # same objects as one that skips fewer, up to the first it meets of those)
+    budget = _MEMBERS_MAX + len(seen)
+    # What each type is to the walk, settled at its first object: most of what a walk meets
+    # is numbers and strings (an object's attribute names, again and again), and a type
+    # lookup settles those before their identity is looked at.
+    kinds: dict[type, int] = dict.fromkeys(_ATOMS, _W_SKIP)
     # Two stacks in step, the objects and whether each sits inside an artist (a tuple per
     # object cost a quarter of the walk).
     todo: list[Any] = list(values)
@@ -919,22 +938,27 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
     while todo:
         obj = todo.pop()
         in_artist = inside.pop()
+        kind = type(obj)
+        what = kinds.get(kind)
+        if what is None:
+            what = _walk_kind(obj, kind, artist, pandas_skip, pandas_index)
+            if _own_class(obj, kind):  # (a proxy's class is its referent's: asked each time)
+                kinds[kind] = what
+        if what == _W_SKIP:
+            continue
         key = id(obj)
         if key in seen:
+            if hits is not None and key in skipped:
+                hits.add(key)
             continue
         seen.add(key)
-        if len(seen) > _MEMBERS_MAX:
+        if len(seen) > budget:
             break
-        if isinstance(obj, (tuple, frozenset)):  # no identity of its own; its items may
+        if what == _W_TUPLE:  # no identity of its own; its items may
             todo.extend(obj)
             inside.extend([in_artist] * len(obj))
             continue
-        if isinstance(obj, _WALK_SKIPS) or callable(obj):
-            continue
-        if pandas_skip and isinstance(obj, pandas_skip):
-            continue
-        kind = type(obj)
-        if pandas_index is not None and isinstance(obj, pandas_index):
+        if what == _W_INDEX:
             out.add(key)  # its name can be set in place: shared, it stays shared
             state = getattr(obj, "__dict__", None)
             if isinstance(state, dict):
@@ -942,7 +966,7 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
                 todo.extend(kept)
                 inside.extend([in_artist] * len(kept))
                 continue
-        if kind is np.ndarray:
+        elif what == _W_ARRAY:
             if obj.flags.writeable:  # read-only: a cache a library hands to everyone
                 out.add(key)
                 out.add(data_pointer(array_root(obj)))
@@ -954,21 +978,98 @@ def identities(values: Any, skip: set[int] | None = None) -> set[int]:
                     todo.extend(sample)
                     inside.extend([in_artist] * len(sample))
             continue
-        if artist is not None and kind.__module__.startswith("matplotlib"):
-            if not isinstance(obj, artist):
-                continue  # transforms, paths, fonts, colormaps: shared by every figure
+        elif what == _W_ARTIST:
             in_artist = True
         if modrefs.lookup(obj) is not None:
             continue
-        # Inside an artist, lists and dicts are often rc values every artist shares.
-        if not (in_artist and kind in _PLAIN_CONTAINERS):
+        if what == _W_PLAIN:
+            # Inside an artist, lists and dicts are often rc values every artist shares.
+            if not in_artist:
+                out.add(key)
+            if kind is dict:
+                keys = set(map(type, obj)) <= _ATOMS
+                if keys and set(map(type, obj.values())) <= _ATOMS:
+                    continue  # nothing in it has an identity (see flat)
+                children = list(obj.values()) if keys else gc.get_referents(obj)
+            elif kind is bytearray:
+                continue  # (bytes: nothing to enter)
+            elif set(map(type, obj)) <= _ATOMS:
+                continue  # a list of floats: not worth a step each
+            else:
+                children = list(obj)
+        else:
             out.add(key)
-        if kind in _PLAIN_CONTAINERS and flat(obj):
-            continue  # its items have no identity: not worth a step each (a list of floats)
-        children = gc.get_referents(obj)
+            children = gc.get_referents(obj)
         todo.extend(children)
         inside.extend([in_artist] * len(children))
     return out
+
+
+# What a type is to identities (see _walk_kind)
+_W_SKIP, _W_TUPLE, _W_INDEX, _W_ARRAY, _W_ARTIST, _W_PLAIN, _W_OTHER = range(7)
+
+
+def _own_class(obj: object, kind: type) -> bool:
+    try:
+        return getattr(obj, "__class__", kind) is kind
+    except Exception:  # (a dead weak proxy)
+        return False
+
+
+def _walk_kind(
+    obj: object,
+    kind: type,
+    artist: type | None,
+    pandas_skip: tuple[type, ...],
+    pandas_index: type | None,
+) -> int:
+    """How :func:`identities` treats *obj*: by its type alone, so for every object of it
+    (unless its class is not its type)."""
+    if isinstance(obj, (tuple, frozenset)):
+        return _W_TUPLE
+    if isinstance(obj, _WALK_SKIPS) or callable(obj):  # (callable: a property of the type)
+        return _W_SKIP
+    if pandas_skip and isinstance(obj, pandas_skip):
+        return _W_SKIP
+    if pandas_index is not None and isinstance(obj, pandas_index):
+        return _W_INDEX
+    if kind is np.ndarray:
+        return _W_ARRAY
+    if artist is not None and kind.__module__.startswith("matplotlib"):
+        # transforms, paths, fonts, colormaps: shared by every figure
+        return _W_ARTIST if isinstance(obj, artist) else _W_SKIP
+    return _W_PLAIN if kind in _PLAIN_CONTAINERS else _W_OTHER
+
+
+@dataclass
+class Walk:
+    """What :func:`identities` found in *values*, skipping *skip*, and the skipped objects it
+    met (*hits*): :func:`pickle_group` takes it for its own walk when the two are the same."""
+
+    values: list[object]
+    skip: set[int]
+    hits: set[int]
+    held: set[int]
+
+    @classmethod
+    def of(cls, values: list[object], skip: set[int]) -> Walk:
+        """Walk *values*.
+
+        >>> box = type("Box", (), {})(); Walk.of([box], set()).held == {id(box)}
+        True
+        """
+        hits: set[int] = set()
+        return cls(values, skip, hits, identities(values, skip, hits))
+
+    def stands_for(self, values: list[object], skip: set[int]) -> bool:
+        """True when a walk of *values* skipping *skip* meets exactly what this one met:
+        the same values, and of the objects one skips and the other does not, none met."""
+        return (
+            len(values) == len(self.values)
+            and all(a is b for a, b in zip(values, self.values, strict=True))
+            and skip <= self.skip
+            and self.hits <= skip
+        )
 
 
 def pickle_group(
@@ -976,12 +1077,14 @@ def pickle_group(
     links: dict[int, str] | None = None,
     check: Callable[[str], bool] | None = None,
     bases: list[np.ndarray] | None = None,
+    walked: Walk | None = None,
 ) -> PickledGroup:
     """Pickle *values* as one dict; raises :class:`EncodeError` when any cannot be pickled.
 
     *links* maps ``id(obj)`` to a token for objects stored elsewhere: each is written
     as a reference, after ``check(token)`` confirms it (once per token) is still the
-    object that was stored.  Views of the arrays in *bases* stay views of them.
+    object that was stored.  Views of the arrays in *bases* stay views of them.  *walked*
+    is a walk of these values the caller made already, taken when it is the walk needed.
 
     >>> g = pickle_group({"a": [1], "b": 2})
     >>> unpickle_group(g.stream, g.buffers, lambda pid: None)["a"]
@@ -1006,9 +1109,9 @@ def pickle_group(
         if isinstance(arr.base, np.ndarray) and whole_view(arr):
             by_address.setdefault(data_pointer(arr), arr)
     first = _dump_group(values, links, check, by_address)
-    # Arrays of the group that view one memory (two slices of one array, an array and its
-    # reshape, a Bunch's ``data`` and ``images``): a second pass stores that memory once
-    # and each array as a view of it, unless the memory is much larger than the views.
+    # Arrays of the group that view one memory larger than ROOT_SLACK_MIN (a smaller one the
+    # pickler stores whole at its first view): a second pass stores that memory once and
+    # each array as a view of it, unless the memory is much larger than the views.
     pickler = first[0]
     wanted = {
         address: root
@@ -1033,11 +1136,16 @@ def pickle_group(
         pickler, stream, buffers = _dump_group(values, links, check, by_address, persist=True)
         memo = pickler.memo.copy()
     linked = {i for i, token in (links or {}).items() if token in pickler.used}
-    # (a link written by reducer_override is in the memo too: it is not held inline)
-    reached = {id(obj) for _, obj in memo.values()} - linked
+    # (a link written by reducer_override is in the memo too: it is not held inline; the
+    # memo's keys are the ids of its objects)
+    reached = set(memo).difference(linked)
     del memo
     pickler.clear_memo()
-    held = identities(values.values(), linked)
+    tops = list(values.values())
+    if walked is not None and walked.stands_for(tops, linked):
+        held = set(walked.held)
+    else:
+        held = identities(tops, linked)
     held.update(pickler.view_roots)  # addresses of the memory views elsewhere point into
     roots = [root for root, _, _ in pickler.view_roots.values()]
     return PickledGroup(stream, buffers, pickler.used, held, reached, roots, linked)

@@ -338,15 +338,16 @@ class Writer:
         failed: dict[str, str] = {}
         todo = dict(values)
         added: dict[str, object] = {}
+        walked: codecs.Walk | None = None
         if linker is not None:
             # The earlier values that share what these hold, found first by a walk of what
             # they hold (a pickle of a figure costs ten times its walk): the first pickle
             # then has them already, instead of being thrown away for a second.
-            added = self._holders_first(todo, hdf5, links, linker, check)
+            added, walked = self._holders_first(todo, hdf5, links, linker, check)
             if added:
                 inline = {id(obj) for obj in added.values()}
                 links = {i: tok for i, tok in links.items() if i not in inline}
-        group = self._pickle_group(todo, links, check, bases, failed)
+        group = self._pickle_group(todo, links, check, bases, failed, walked)
         if group is None:
             return failed
         if linker is not None and added:
@@ -414,28 +415,31 @@ class Writer:
         links: dict[int, str],
         linker: Linker,
         check: Any,
-    ) -> dict[str, object]:
-        """Earlier values that share an object with *todo* (added to it), by walks only.
+    ) -> tuple[dict[str, object], codecs.Walk]:
+        """Earlier values that share an object with *todo* (added to it), by walks only,
+        and the last walk: of all of *todo*, which the group's pickle may take for its own.
 
         What the walks skip is what the pickle writes as links (the insides of unchanged
-        earlier values); what they miss, the rounds after the pickle still find.
+        earlier values); what they miss, the rounds after the pickle still find.  Each
+        round walks all of *todo* (the values it added too), so that the last is the walk
+        the pickle needs: the first is most often the last, and the values added are the
+        larger part of the others (a figure that plotted the frame a cell changed).
         """
         found: dict[str, object] = {}
         tops = {id(v) for v in todo.values()}
         skip = {i for i, tok in links.items() if i not in tops or check(tok)}
-        walk = list(todo.values())
-        while walk:
-            held = codecs.identities(walk, skip)
+        while True:
+            walked = codecs.Walk.of(list(todo.values()), set(skip))
             more = {
                 f"v:{name}": obj
-                for name, obj in linker.holders(held).items()
+                for name, obj in linker.holders(walked.held).items()
                 if f"v:{name}" not in todo and f"v:{name}" not in hdf5
             }
+            if not more:
+                return found, walked
             todo.update(more)
             found.update((slot[2:], obj) for slot, obj in more.items())
             skip -= {id(obj) for obj in more.values()}
-            walk = list(more.values())
-        return found
 
     @staticmethod
     def _pickle_group(
@@ -444,12 +448,13 @@ class Writer:
         check: Any,
         bases: list[Any],
         failed: dict[str, str],
+        walked: codecs.Walk | None = None,
     ) -> codecs.PickledGroup | None:
         """Pickle *todo* as one group; values that cannot be pickled move to *failed*."""
         while todo:
             try:
                 return codecs.pickle_group(
-                    {slot[2:]: v for slot, v in todo.items()}, links, check, bases
+                    {slot[2:]: v for slot, v in todo.items()}, links, check, bases, walked
                 )
             except codecs.EncodeError as together:
                 # Find the culprits one by one, so every other value is still stored.
