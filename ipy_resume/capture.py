@@ -42,6 +42,17 @@ _DRAIN_S = 0.2
 _PIPE_BYTES = 1 << 20
 
 
+def _unread(fd: int) -> int:
+    """Bytes waiting in the pipe *fd* (-1 where that cannot be asked)."""
+    try:
+        import fcntl
+        import termios
+
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+    except (ImportError, OSError, AttributeError):
+        return -1
+
+
 def _set_pipe_size(fd: int, size: int) -> None:
     """Ask for a pipe buffer of *size* bytes (Linux; elsewhere the default stays)."""
     import fcntl
@@ -98,8 +109,10 @@ class StreamTee:
         self._target = target
         self._name = name
         self._record = record
+        self.wrote = False  # (a kernel's flush waits for its I/O thread: skipped when unused)
 
     def write(self, text: str) -> int:
+        self.wrote = True
         self._record.add_stream(self._name, text)
         return self._target.write(text)
 
@@ -150,7 +163,8 @@ def tee_streams(record: OutputRecord, descriptors: bool | None = None) -> Iterat
         for stream in (sys.stdout, sys.stderr):
             # A closed user stream must not mask the cell's own error.
             with suppress(Exception):
-                stream.flush()
+                if getattr(stream, "wrote", True):  # (one the cell swapped in: flushed)
+                    stream.flush()
         sys.stdout, sys.stderr = saved
         _live.pop()
         if fd_tees:
@@ -243,12 +257,14 @@ class _Reader:
                         poller.register(tee.read_end, select.POLLIN)
                     continue
                 tee = active[fd]
-                try:
-                    data = os.read(fd, 65536)
-                except OSError:
-                    data = b""
+                with tee.lock:  # (read and recorded as one step: see close_record)
+                    try:
+                        data = os.read(fd, 65536)
+                    except OSError:
+                        data = b""
+                    if data:
+                        tee.feed(data)
                 if data:
-                    tee.feed(data)
                     continue
                 poller.unregister(fd)
                 del active[fd]
@@ -273,6 +289,8 @@ class _FdTee:
         self.recording = True
         self.forwarding = True
         self.done = threading.Event()  # the pipe's last writer closed it, and all is read
+        self.lock = threading.Lock()  # held by the reader from a read to its recording
+        self.closed = False  # the reader read the end of the pipe and closed it
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         reader = _shared_reader()
         opened: list[int] = []
@@ -327,9 +345,11 @@ class _FdTee:
 
     def finish(self) -> None:
         """On the reader's thread: every writer closed the pipe and all of it was read."""
-        for each in (self.read_end, self.forward_to):
-            with suppress(OSError):
-                os.close(each)
+        with self.lock:
+            for each in (self.read_end, self.forward_to):
+                with suppress(OSError):
+                    os.close(each)
+            self.closed = True
         self.done.set()
 
     def stop(self) -> None:
@@ -352,8 +372,15 @@ class _FdTee:
     def close_record(self) -> None:
         """Wait for the reader to have read everything, then close the record."""
         # The pipe's last writer is gone unless a child process inherited it: then the
-        # reader keeps forwarding its output, but the record closes now.
-        self.done.wait(_DRAIN_S)
+        # reader keeps forwarding its output, but the record closes now.  Nothing left in
+        # the pipe (and the reader not between a read and its recording) is everything:
+        # most cells write nothing below Python, and waiting for the reader thread to
+        # see the pipe's end was most of their descriptor tee's cost in a kernel.
+        if not self.done.is_set():
+            with self.lock:
+                drained = self.closed or _unread(self.read_end) == 0
+            if not drained:
+                self.done.wait(_DRAIN_S)
         with _record_lock:
             self.recording = False
 
@@ -381,14 +408,24 @@ def replay(
     >>> replay(OutputRecord([("stdout", "again\\n")]))
     again
     """
+    # A stream is flushed when the replay turns to the other one or to a display, and
+    # at the end, so the order holds; one nothing was written to is not.  (In a kernel a
+    # flush waits for its I/O thread: two of them were most of a small cell's hit.)
+    written: TextIO | None = None
     for kind, value in record.events:
-        if kind == "stdout":
-            sys.stdout.write(value)
-        elif kind == "stderr":
-            sys.stderr.write(value)
-        elif kind == "display" and publish is not None:
+        if kind in ("stdout", "stderr"):
+            stream = sys.stdout if kind == "stdout" else sys.stderr
+            if written is not None and written is not stream:
+                written.flush()
+            stream.write(value)
+            written = stream
+            continue
+        if written is not None:
+            written.flush()
+            written = None
+        if kind == "display" and publish is not None:
             publish(value)
         elif kind == "clear" and clear is not None:
             clear(bool(value.get("wait", False)))
-    sys.stdout.flush()
-    sys.stderr.flush()
+    if written is not None:
+        written.flush()

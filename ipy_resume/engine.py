@@ -19,7 +19,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,9 +44,11 @@ FORMAT_VERSION = "1"
 SAVING_LINE_MIN = 32 << 20
 """A background save this large says "saving" when the cell returns, and "saved" once it is
 durable.  A smaller one is waited for up to :data:`STATUS_WAIT` seconds, so its cell says
-"saved" once, as a synchronous save would; a quiet cell's (a headless run), or one whose
-status goes to a cell badge, is never waited for: its bytes are handed to the OS before the cell returns (staged), so a kernel that dies
-next loses nothing."""
+"saved" once, as a synchronous save would, where the host waits (a terminal; not a Jupyter
+kernel, whose writer says "saved" under the cell a moment later).  A quiet cell's save (a
+headless run), or one whose status goes to a cell badge, is never waited for.  Its bytes
+are handed to the OS before the cell returns (staged), so a kernel that dies next loses
+nothing."""
 STATUS_WAIT = 2.0
 _COMMITTED_MAX = 4096  # checkpoints an engine remembers committing (forgotten all at once)
 ABSENT = "absent"
@@ -119,7 +121,9 @@ class Host(Protocol):
     # reason for an execution). A host whose front end shows the outcome some other
     # way (a badge on the cell) may drop it; without the method, ``message`` shows it.
     # ``wants_reason`` (a bool attribute) asks for the reason of every execution, to
-    # show it without ``--explain``.
+    # show it without ``--explain``.  ``waits_for_save`` (a bool attribute, default True)
+    # False: a small save is not waited for; its cell says "saving" and the writer's line
+    # "saved" follows under the cell (a Jupyter kernel, where a wait adds to every cell).
 
 
 def show_status(host: Host, text: str) -> None:
@@ -194,6 +198,7 @@ class _Content:
     missing_files: dict[str, str]  # files named with --files that could not be read
     # the fingerprints of the cell's inputs and outputs as they are now, by name
     current: dict[str, bytes] = field(default_factory=dict)
+    fingerprinter: Fingerprinter | None = None  # that took them (its memo, for the save)
 
 
 @dataclass
@@ -594,7 +599,13 @@ class Engine:
         try:
             manifest = self._own_checkpoint(opts.cell_id, plan.key, fresh)
             if manifest is None:
-                manifest = self.store.find(opts.cell_id, plan.key, accept=fresh)
+                manifest = self.store.find(
+                    opts.cell_id,
+                    plan.key,
+                    accept=fresh,
+                    waiting=lambda text: host.message(f"{PREFIX}{opts.shown}: {text}"),
+                )
+            self._say_abandoned(host)
             if manifest is None:
                 plan.stale = fresh.first
                 return None
@@ -701,7 +712,10 @@ class Engine:
         shared = shared_objects(self.store.location)
         shared.forget_checks()
         # (only the save runs from here: what the values hold now is what was digested)
-        shared.current((namespace[n], d) for n, d in content.current.items() if n in namespace)
+        shared.current(
+            ((namespace[n], d) for n, d in content.current.items() if n in namespace),
+            content.fingerprinter,
+        )
         try:
             with _collection_paused():
                 saved, job, to_write = self._save(plan, opts, content, shared)
@@ -738,12 +752,14 @@ class Engine:
         else:
             status = "executed"
         short = self.store.short_id(saved.manifest.id)
-        # A small background save is confirmed in its own cell's output: it is waited for
-        # (briefly); a large one, or a quiet cell's (a headless run), is not.
+        # A small background save is confirmed in its own cell's output: in a terminal it is
+        # waited for (briefly); a large one, a quiet cell's (a headless run) or a kernel's
+        # is not, and the writer's own line says when it is durable.
         confirmed = job is None or (
             status == "executed"
             and not opts.quiet
             and getattr(host, "prints_status", True)  # (a badge is updated, not a line)
+            and getattr(host, "waits_for_save", True)  # (a kernel's writer says "saved")
             and to_write < SAVING_LINE_MIN
             and job.event.wait(STATUS_WAIT)
         )
@@ -905,7 +921,7 @@ class Engine:
             info["file_deps"] = ran.files_read
         if ran.files_written:
             info["files_written"] = ran.files_written
-        return _Content(names, values, extras, info, missing_files, current)
+        return _Content(names, values, extras, info, missing_files, current, fingerprinter)
 
     def _save(
         self, plan: Plan, opts: CheckpointOptions, content: _Content, shared: SharedObjects
@@ -932,6 +948,15 @@ class Engine:
             background.barrier(self.store.root)
             return snap.commit(), None, to_write
         return snap.result(), job, to_write
+
+    def _say_abandoned(self, host: Host) -> None:
+        """Say, once each, the saves of dead kernels the store could not finish."""
+        while self.store.abandoned:
+            checkpoint_id, why = self.store.abandoned.popitem()
+            host.message(
+                f"{PREFIX}checkpoint {checkpoint_id[:8]}, staged by a kernel that died before "
+                f"it was durable, could not be finished: {why}; its cell executes again when it is next run."
+            )
 
     def _say_executed(
         self,
@@ -1194,28 +1219,30 @@ def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str,
     return digests
 
 
-@contextlib.contextmanager
-def _collection_paused() -> Iterator[None]:
+class _collection_paused:
     """No cyclic garbage collection while a key is digested, a save serialised or a load runs.
 
     Both allocate a tuple or a set entry per object they visit, and every few hundred
     allocations the collector walks the objects of the whole kernel: a notebook's large
     heap made those walks a third of a save's time (a pickle's memo copy, the walk of what
     the values hold).  Nothing is freed later than the end of the save; the collector
-    stays off when it was off.
+    stays off when it was off.  (A class, not a generator: a hit enters it three times.)
 
     >>> with _collection_paused():
     ...     gc.isenabled()
     False
     """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+
+    __slots__ = ("_was",)
+
+    def __enter__(self) -> None:
+        self._was = gc.isenabled()
+        if self._was:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was:
+            gc.enable()
 
 
 def _digests_of(
@@ -1251,7 +1278,7 @@ class _Once(Fingerprinter):
     __slots__ = ("_tops",)
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(shared=True)  # (and a part of several values walked once)
         self._tops: dict[int, tuple[object, bytes]] = {}
 
     def digest(self, value: object) -> bytes:

@@ -337,15 +337,20 @@ def run_notebook(
                 break
         # (not after a timeout: the cell may still be running, and must not finish now)
         if report.stopped is None or report.stopped.outcome == "error":
-            _wait_for_saves(client)
+            wait_for_saves(client)
     return report
 
 
-def _wait_for_saves(client: Any) -> None:
+def wait_for_saves(client: Any) -> None:
     """Make the kernel's background saves durable before it is shut down.
 
     A shutdown gives the kernel a few seconds to exit; a large save still being
     written then would be lost (whole, never half) and its cell executed next time.
+    *client* is an nbclient ``NotebookClient`` whose kernel is running.
+
+    >>> with client.setup_kernel():  # doctest: +SKIP
+    ...     client.execute_cell(cell, 0)
+    ...     wait_for_saves(client)
     """
     code = "get_ipython().run_line_magic('checkpoint', 'wait')"
     with contextlib.suppress(Exception):  # the kernel went away: nothing to wait for

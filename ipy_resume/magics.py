@@ -121,7 +121,9 @@ class IPythonHost:
     def status(self, text: str) -> None:
         """A routine status line: left out when a front end shows it as a cell badge."""
         if not comm.shows_badges(self.shell):
-            print(text, file=sys.stderr, flush=True)
+            # A kernel flushes the cell's streams before its next output and its reply;
+            # a flush of its own would wait for the kernel's I/O thread.
+            print(text, file=sys.stderr, flush=not _in_kernel(self.shell))
 
     @property
     def prints_status(self) -> bool:
@@ -129,9 +131,24 @@ class IPythonHost:
         return not comm.shows_badges(self.shell)
 
     @property
+    def waits_for_save(self) -> bool:
+        """Whether a small save is waited for, so its cell says "saved" in one line.
+
+        In a Jupyter kernel the cell returns at once ("saving") and the writer says "saved"
+        under the same cell when the checkpoint is durable: a wait there would be added to
+        every cell's time.  A terminal prints a late line into the next prompt, so it waits.
+        """
+        return not _in_kernel(self.shell)
+
+    @property
     def wants_reason(self) -> bool:
         """A badge shows why a cell executed, so every execution is explained."""
         return comm.shows_badges(self.shell)
+
+
+def _in_kernel(shell: InteractiveShell) -> bool:
+    """Whether *shell* is a Jupyter kernel's (its output goes out through the kernel)."""
+    return getattr(shell, "kernel", None) is not None
 
 
 def engine_events(store: Store) -> list[Any]:
@@ -253,7 +270,8 @@ class CheckpointMagics(Magics):
         # (store named, $IPY_RESUME_DIR, working directory) -> the engine's name: resolving
         # a path walks every folder of it, once per store and working directory is enough
         self._resolved: dict[tuple[str | None, str | None, str], Engine] = {}
-        self._parsed: dict[str, dict[str, Any]] = {}  # %%checkpoint line -> its options
+        # %%checkpoint line -> its options, and the names of those that are lists
+        self._parsed: dict[str, tuple[dict[str, Any], list[str]]] = {}
         self._static: dict[tuple[str, tuple[int, ...]], str] = {}  # see _transform
         self._own_steps: tuple[tuple[int, ...], tuple[Any, ...]] = ((), ())  # see _all_own
         self._switches: tuple[dict[str, Any], dict[str, str]] | None = None  # see _quick_parse
@@ -423,16 +441,18 @@ class CheckpointMagics(Magics):
 
         A line parsed before is not parsed again (a malformed one raises each time).
         """
-        parsed = self._parsed.get(line)
-        if parsed is None:
+        known = self._parsed.get(line)
+        if known is None:
             parsed = self._quick_parse(line) or self._parse(line)
             if len(self._parsed) >= _MEMO_MAX:
                 self._parsed.clear()
-            self._parsed[line] = parsed
-        lists = {k: list(v) for k, v in parsed.items() if isinstance(v, tuple)}
-        return CheckpointOptions(
-            **{**parsed, **lists}, label=self.auto.labels.get(parsed["cell_id"])
-        )
+            listed = [k for k, v in parsed.items() if type(v) is tuple]
+            known = self._parsed[line] = (parsed, listed)
+        parsed, listed = known
+        opts = CheckpointOptions(**parsed, label=self.auto.labels.get(parsed["cell_id"]))
+        for name in listed:  # (each run's own lists: the remembered options stay as parsed)
+            setattr(opts, name, list(parsed[name]))
+        return opts
 
     def _quick_parse(self, line: str) -> dict[str, Any] | None:
         """The options of a line made of a CELL_ID and on/off switches (``train --quiet``),

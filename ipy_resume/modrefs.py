@@ -51,6 +51,10 @@ _indexed_modules = -1
 # type -> whether it is a subclass of one of _NOT_MODULE_OBJECTS (types are kept alive here:
 # a few hundred library classes)
 _SKIPPED_TYPE: dict[type, bool] = {}
+# type -> whether lookup() answers None for its objects without looking (values without
+# identity, the notebook's own classes); a notebook that redefines classes makes new types
+_LOOKUP_SKIP: dict[type, bool] = {}
+_LOOKUP_SKIP_MAX = 4096
 
 
 def _index_modules() -> None:
@@ -106,7 +110,15 @@ def lookup(obj: object) -> tuple[str, str] | None:
     True
     """
     t = type(obj)
-    if t in _NOT_MODULE_EXACT or isinstance(obj, _NOT_MODULE_OBJECTS) or t.__module__ == "__main__":
+    skip = _LOOKUP_SKIP.get(t)
+    if skip is None:
+        # by type, remembered: a save asks about every object it pickles and walks.  (An
+        # object whose __class__ is not its type is looked up: the answer is checked.)
+        skip = issubclass(t, _NOT_MODULE_OBJECTS) or t.__module__ == "__main__"
+        if len(_LOOKUP_SKIP) >= _LOOKUP_SKIP_MAX:
+            _LOOKUP_SKIP.clear()
+        _LOOKUP_SKIP[t] = skip
+    if skip:
         return None  # values without identity, or the notebook's own objects
     if _indexed_modules != len(sys.modules):
         _index_modules()

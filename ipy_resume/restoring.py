@@ -42,9 +42,12 @@ class Loaded:
         >>> Loaded({}, {}, how={"a": "mapped", "b": "read"}).how_text()
         'mapped: a; read: b'
         """
+        by_path: dict[str, list[str]] = {}
+        for name, path in self.how.items():
+            by_path.setdefault(path, []).append(name)
         parts = []
         for path in ("mapped", "buffers mapped", "read"):
-            names = sorted(n for n, h in self.how.items() if h == path)
+            names = sorted(by_path.get(path, ()))
             if names:
                 shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
                 parts.append(f"{path}: {shown}")

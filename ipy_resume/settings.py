@@ -27,7 +27,6 @@ are.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import warnings
@@ -97,10 +96,12 @@ def snapshot() -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for name, setting in _REGISTRY.items():
-        with contextlib.suppress(Exception):  # a broken library must not fail the cell
+        try:
             state = setting.snapshot()
-            if state is not None:
-                out[name] = state
+        except Exception:  # a broken library must not fail the cell
+            continue
+        if state is not None:
+            out[name] = state
     return out
 
 
@@ -117,13 +118,15 @@ def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, An
         setting = _REGISTRY.get(name)
         if setting is None:
             continue
-        with contextlib.suppress(Exception):
+        try:
             base = before.get(name)
             if base is None and setting.defaults is not None:
                 base = setting.defaults()
             diff = setting.diff(base, state)
-            if diff is not None:
-                out[name] = diff
+        except Exception:
+            continue
+        if diff is not None:
+            out[name] = diff
     return out
 
 
@@ -182,6 +185,8 @@ _MISSING = object()
 
 def dict_diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> dict[str, Any] | None:
     """Keys set (new or changed value) and keys removed."""
+    if before is after:  # (a snapshot that found nothing changed returns the last one)
+        return None
     before = before or {}
     # The same object is an unchanged value (snapshots hold the settings' own values, so
     # most are): compared by identity first, == only for the rest (320 rcParams per cell).
@@ -227,12 +232,36 @@ def _list_apply(target: list[Any], diff: Mapping[str, Any]) -> None:
 # ---- matplotlib ------------------------------------------------------------------------------
 
 
+# (the raw rcParams as last copied, backend included; that copy without the backend)
+_mpl_last: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+
 def _mpl_snapshot() -> dict[str, Any] | None:
+    global _mpl_last
     mpl = sys.modules.get("matplotlib")
     if mpl is None:
         return None
-    # dict.copy skips RcParams' validation: a plain copy, cheap enough for every cell.
-    return {k: v for k, v in dict.items(mpl.rcParams) if k != "backend"}
+    params = mpl.rcParams
+    last = _mpl_last
+    # Twice per cell, and most cells change no rcParam: the dicts' own comparison (in C,
+    # by identity first, raw entries: no RcParams validation) tells that the last copy
+    # still holds, and the diff of two identical snapshots is nothing.  Equal but not
+    # identical values (a list set again) are no change, as dict_diff counts them; a
+    # value whose == is not a bool makes a new copy (rcParams' validators give each value
+    # its one type, so an equal value is the same setting).  Snapshots are never changed.
+    # (dict.__eq__: RcParams' own == reads every entry through its __getitem__, which
+    # resolves the backend, importing pyplot)
+    try:
+        if last is not None and dict.__eq__(last[0], params) is True:
+            return last[1]
+    except Exception:
+        pass
+    # dict.items skips RcParams' validation: a plain copy, cheap enough for every cell.
+    raw = dict(dict.items(params))
+    state = dict(raw)
+    state.pop("backend", None)
+    _mpl_last = (raw, state)
+    return state
 
 
 def _mpl_defaults() -> dict[str, Any]:

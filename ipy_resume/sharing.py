@@ -56,6 +56,7 @@ class _Entry:
     obj_id: int
     members: set[int]  # ids of the objects its checkpoint's group held (shared set)
     generation: int = 0  # the note that made it (see SharedObjects._sweep)
+    seq: int = 0  # the order entries were added in (see SharedObjects._candidate_ids)
 
     def get(self) -> object:
         obj = self.holder() if isinstance(self.holder, weakref.ref) else self.holder
@@ -139,13 +140,30 @@ class SharedObjects:
         self._by_obj: dict[int, set[str]] = {}  # id of the entry's object -> tokens
         # id of a checkpoint group's set of held ids -> (that set, the tokens sharing it)
         self._groups: dict[int, tuple[set[int], set[str]]] = {}
+        # every id some group holds (None: to be rebuilt, a group was dropped): a save asks
+        # holders() about a new group's objects, which most often no earlier group holds,
+        # and then the groups are not looked at one by one.  (A group's set is never
+        # changed once noted.)
+        self._union: set[int] | None = set()
         self._by_checkpoint: dict[str, dict[str, None]] = {}  # id -> tokens, in entry order
         self._array_tokens: dict[str, None] = {}  # entries holding an ndarray, in entry order
+        # candidates(), kept as entries come and go (a save asks once; a walk of every
+        # entry was a small save's largest cost once a kernel held a few hundred names):
+        # id -> token of the entries whose value is held here (alive while the entry is),
+        # the latest entry of an object winning; and the entries held by weak reference,
+        # whose objects are looked at when asked.
+        self._candidate_ids: dict[int, str] = {}
+        self._weak_candidates: dict[str, _Entry] = {}
+        self._seq = 0
         # Fingerprints of objects as they are now, during one operation (id -> (object,
         # digest)): the engine's of the cell's inputs and outputs, and those check() took.
         # A figure an earlier cell stored is otherwise digested again by check() and again
         # for the record of a value stored with it (tens of milliseconds each).
         self._digests: dict[int, tuple[object, bytes]] = {}
+        # The engine's fingerprinter of those digests, for the other objects an operation
+        # digests (an earlier figure, a part of a value): its memo holds what they share
+        # with the cell's values, and nothing has run since it was filled.
+        self._fingerprinter: Fingerprinter | None = None
 
     @property
     def _entries(self) -> dict[str, _Entry]:
@@ -156,14 +174,29 @@ class SharedObjects:
 
     def _sweep(self) -> None:
         sweeps, self._sweeps = self._sweeps, []
+        missing = MISSING
         for namespace, generation in sweeps:
-            for tok, entry in list(self._all.items()):
-                if entry.generation >= generation:
-                    continue  # noted after this sweep was due
-                obj = entry.get()
-                gone = namespace is not None and namespace.get(entry.name, MISSING) is not obj
-                if gone or obj is MISSING:
-                    self._drop(tok)
+            # (one pass over every entry per save: the common case, a name that still
+            # holds the object this registry holds itself, is two lookups)
+            if namespace is not None:
+                gone = [
+                    tok
+                    for tok, entry in self._all.items()
+                    if entry.generation < generation  # (not noted after this sweep was due)
+                    and namespace.get(entry.name, missing) is not entry.holder
+                    and (
+                        (obj := entry.get()) is missing
+                        or namespace.get(entry.name, missing) is not obj
+                    )
+                ]
+            else:
+                gone = [
+                    tok
+                    for tok, entry in self._all.items()
+                    if entry.generation < generation and entry.get() is missing
+                ]
+            for tok in gone:
+                self._drop(tok)
 
     def _drop(self, tok: str) -> None:
         self._arrays = None
@@ -184,6 +217,7 @@ class SharedObjects:
                 group[1].discard(tok)
                 if not group[1]:
                     del self._groups[id(entry.members)]
+                    self._union = None
             checkpoint = tok.partition("/")[0]
             tokens_of = self._by_checkpoint.get(checkpoint)
             if tokens_of is not None:
@@ -191,15 +225,40 @@ class SharedObjects:
                 if not tokens_of:
                     del self._by_checkpoint[checkpoint]
             self._array_tokens.pop(tok, None)
+            self._weak_candidates.pop(tok, None)
+            if self._candidate_ids.get(entry.obj_id) == tok:
+                del self._candidate_ids[entry.obj_id]
+                # another entry of the same object, the latest, stands for it now
+                others = [
+                    t
+                    for t in self._by_obj.get(entry.obj_id, ())
+                    if self._all[t].holder is entry.holder
+                ]
+                if others:
+                    self._candidate_ids[entry.obj_id] = max(others, key=lambda t: self._all[t].seq)
 
     def _add(self, tok: str, entry: _Entry, value: object) -> None:
         if tok in self._all:
             self._drop(tok)
+        self._seq += 1
+        entry.seq = self._seq
         self._all[tok] = entry
+        # Values whose identity means nothing (a tuple, a number) are never linked; they
+        # are still entries, so a later cell that shares their items stores them again.
+        if not isinstance(value, _VALUE_TYPES):
+            if isinstance(entry.holder, weakref.ref):
+                self._weak_candidates[tok] = entry
+            else:
+                self._candidate_ids[entry.obj_id] = tok
         self._by_name.setdefault(entry.name, set()).add(tok)
         self._by_obj.setdefault(entry.obj_id, set()).add(tok)
         if entry.members:
-            self._groups.setdefault(id(entry.members), (entry.members, set()))[1].add(tok)
+            key = id(entry.members)
+            if key not in self._groups:
+                self._groups[key] = (entry.members, set())
+                if self._union is not None:
+                    self._union |= entry.members
+            self._groups[key][1].add(tok)
         self._by_checkpoint.setdefault(tok.partition("/")[0], {})[tok] = None
         if type(value) is np.ndarray:
             self._array_tokens[tok] = None
@@ -262,6 +321,7 @@ class SharedObjects:
         self._checked.clear()
         self._walked.clear()
         self._digests.clear()
+        self._fingerprinter = None
         self._arrays = None
 
     def restored(self, manifest: Manifest, values: Mapping[str, object]) -> None:
@@ -271,11 +331,13 @@ class SharedObjects:
         (those round-trip exactly).
         """
         saved = manifest.info.get("fingerprints") or {}
-        fp = Fingerprinter()
+        fp = None
         for name, value in values.items():
             digest = saved.get(name)
             if not isinstance(digest, str) or isinstance(value, np.ndarray) or codecs.flat(value):
                 continue  # arrays, and atoms and flat containers of them, round-trip exactly
+            if fp is None:
+                fp = Fingerprinter()
             try:
                 now = fp.digest(value)
             except Unfingerprintable:
@@ -286,13 +348,12 @@ class SharedObjects:
     # ---- the store's Linker protocol -----------------------------------------------------
 
     def candidates(self) -> dict[int, str]:
-        # Values whose identity means nothing (a tuple, a number) are never linked; they
-        # are still entries, so a later cell that shares their items stores them again.
-        return {
-            e.obj_id: tok
-            for tok, e in self._entries.items()
-            if not isinstance(obj := e.get(), _VALUE_TYPES) and obj is not MISSING
-        }
+        self._entries  # noqa: B018 - (the sweep a note left, first)
+        found = dict(self._candidate_ids)  # (held here: alive, and the same object)
+        for tok, entry in self._weak_candidates.items():  # (in entry order: the latest wins)
+            if entry.get() is not MISSING:
+                found[entry.obj_id] = tok
+        return found
 
     def arrays(self) -> list[np.ndarray]:
         self._entries  # noqa: B018 - (its sweep may drop entries: before the memo is read)
@@ -345,8 +406,11 @@ class SharedObjects:
                 obj = self._alive(tok)
                 if obj is not MISSING and not isinstance(obj, _SCALAR_TYPES):
                     matched.add(tok)
-        for held, tokens in self._groups.values():  # (one set per checkpoint's group)
-            if held.isdisjoint(members):
+        union = self._union
+        if union is None:
+            union = self._union = set().union(*(held for held, _ in self._groups.values()))
+        for held, tokens in self._groups.values() if not union.isdisjoint(members) else ():
+            if held.isdisjoint(members):  # (one set per checkpoint's group)
                 continue
             for tok in tokens:
                 if (
@@ -423,13 +487,21 @@ class SharedObjects:
         now = self._digest_now(value)
         return None if now is None else now.hex()
 
-    def current(self, pairs: Iterable[tuple[object, bytes]]) -> None:
+    def current(
+        self,
+        pairs: Iterable[tuple[object, bytes]],
+        fingerprinter: Fingerprinter | None = None,
+    ) -> None:
         """Take these (object, fingerprint) pairs as what the objects hold now, until the
         next :meth:`forget_checks` or :meth:`note` (the engine's digests of a cell's inputs
         and outputs after it ran: nothing runs between them and the save that asks).
 
+        *fingerprinter*: the one that took them (its memo shared between values), for the
+        other objects digested until then.
+
         >>> shared_objects("/tmp/doc-store").current([(obj, digest)])  # doctest: +SKIP
         """
+        self._fingerprinter = fingerprinter
         for obj, digest in pairs:
             self._digests[id(obj)] = (obj, digest)
 
@@ -438,7 +510,7 @@ class SharedObjects:
         if known is not None and known[0] is obj:
             return known[1]
         try:
-            now = Fingerprinter().digest(obj)
+            now = (self._fingerprinter or Fingerprinter()).digest(obj)
         except Unfingerprintable:
             return None
         self._digests[id(obj)] = (obj, now)
@@ -454,6 +526,7 @@ class SharedObjects:
         self._checked.clear()
         self._walked.clear()
         self._digests.clear()
+        self._fingerprinter = None
         self._arrays = None
 
 

@@ -51,6 +51,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_code_cell
 
+from ipy_resume.headless import wait_for_saves
+
 CORPUS = Path(__file__).resolve().parent / "corpus"
 PROBE_SOURCE = CORPUS / "namespace_probe.py"
 PREFIX = "ipy_resume: "
@@ -61,6 +63,9 @@ BENCH_MARKER = "corpus-bench: "
 
 _STATUS = re.compile(r"^ipy_resume: (executed|restored) '([^']*)'")
 _PROGRESS = re.compile(r"^ipy_resume: loop \d+(/\d+)?\s")
+# the writer's line once a save is durable (a kernel's cell says "saving" and returns; the
+# line reaches the cell's output when it comes before the kernel is idle again)
+_DURABLE = re.compile(r"^ipy_resume: saved checkpoint \w+ of '([^']*)' \(")
 _EXPLAIN = re.compile(r"^ipy_resume: '([^']*)' executes: (.*)$")
 _FIRST_RUN_EXPLAIN = "it has no earlier checkpoint"
 _CHANGED_INPUT = re.compile(r"input '([^']+)' (?:changed|is not defined now)")
@@ -125,6 +130,7 @@ class CellResult:
     messages: list[str] = field(default_factory=list)  # ipy_resume: lines that are no status
     explain: list[str] = field(default_factory=list)  # --explain lines
     progress: int = 0  # resumable-loop progress lines seen
+    durable: bool = False  # the writer's "saved" line reached the cell (it may not: timing)
     error: str | None = None
     streams: dict[str, str] = field(default_factory=dict)  # product lines removed
     rich: list[dict[str, str]] = field(default_factory=list)  # one per display/result
@@ -299,6 +305,8 @@ def read_outputs(cell: Any, result: CellResult) -> None:
                 result.outcome = status.group(1)
             elif _PROGRESS.match(line):
                 result.progress += 1
+            elif (durable := _DURABLE.match(line)) and durable.group(1) == result.label:
+                result.durable = True
             elif explained and explained.group(1) == result.label:
                 result.explain.append(explained.group(2))
             else:
@@ -384,6 +392,11 @@ def execute(
                 run.probe = _marked_json(result, PROBE_MARKER)
             elif result.label == "bench-report":
                 run.plan_s = _marked_json(result, BENCH_MARKER) or {}
+        if kind != "plain" and not run.stopped:
+            # As `ipy-resume run` does: a shutdown gives the kernel seconds to exit, and a
+            # loaded machine may still be writing its last saves then (a save cut short is
+            # lost whole and finished by the next kernel, whose timeline then shows it).
+            wait_for_saves(client)
     run.wall_s = time.perf_counter() - started
     run.cells_s = sum(c.seconds for c in run.cells if c.index is not None or c.label == "load_ext")
     return run

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import queue
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ class CellOutput:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     comms: list[dict[str, Any]] = field(default_factory=list)  # comm_msg data sent meanwhile
+    msg_id: str = ""  # of the execute request: what the cell's outputs name as their parent
 
 
 class Kernel:
@@ -98,7 +101,26 @@ class Kernel:
         finally:
             session.msg = plain_msg  # type: ignore[method-assign]
         out.status = reply["content"]["status"]
+        out.msg_id = reply["parent_header"]["msg_id"]
         return out
+
+    def later_stderr(self, cell: CellOutput, until: str, timeout: float = 30) -> str:
+        """The stderr the kernel sends under *cell* after it finished, up to a text holding
+        *until* (what a frontend that keeps listening to a done cell shows in it)."""
+        text = ""
+        deadline = time.monotonic() + timeout
+        while until not in text:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no {until!r} under the cell within {timeout} s: {text!r}")
+            try:
+                msg = self.client.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                continue
+            parent = msg["parent_header"].get("msg_id")
+            if msg["msg_type"] == "stream" and parent == cell.msg_id:
+                text += msg["content"]["text"]
+        return text
 
 
 def kernel_env(tmp_path: Path) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """A real S3-compatible server (moto) on 127.0.0.1, and a fault-injecting proxy before it.
 
 Only loopback addresses are ever used.  The server runs as its own process
-(``python -m moto.server -H 127.0.0.1 -p PORT``) so a test can stop and restart it.
+(moto's server through ``moto_atomic.py``, whose conditional create is atomic as S3's
+is) so a test can stop and restart it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HOST = "127.0.0.1"
+LAUNCHER = Path(__file__).with_name("moto_atomic.py")
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing-key-id",
     "AWS_SECRET_ACCESS_KEY": "testing-secret-do-not-log",
@@ -54,7 +56,7 @@ class MotoServer:
     def start(self) -> None:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)],
+            [sys.executable, str(LAUNCHER), "-H", HOST, "-p", str(self.port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.extra_env} if self.extra_env else None,

@@ -234,3 +234,24 @@ def test_kernel_exit_flushes_pending_saves(isolated: Path, tmp_path: Path) -> No
     (m,) = store.manifests()
     assert float(store.load_values(m)["a"][-1]) == 1.0  # type: ignore[index]
     assert store.verify() == []
+
+
+def test_the_budget_counts_a_save_until_it_is_durable_and_then_no_more(tmp_path: Path) -> None:
+    # (large saves staged to files, small ones held in their record: both released once
+    # durable, so a long session never runs out of budget)
+    store = Store(tmp_path / "st", key=b"k" * 32)
+    assert background._writer.held == 0
+    jobs = []
+    for i, n in enumerate([200_000, 50, 300_000, 10]):
+        snap = store.snapshot(f"c{i}", f"k{i}", {"a": np.arange(float(n)) + i})
+        size = snap.size
+        job = background.submit(snap)
+        assert job is not None and job.held == size > 0
+        jobs.append(job)
+    background.flush()
+    assert all(job.error is None for job in jobs)
+    assert background._writer.held == 0
+    for i, n in enumerate([200_000, 50, 300_000, 10]):
+        m = store.find(f"c{i}", f"k{i}")
+        assert m is not None and np.array_equal(store.load_values(m)["a"], np.arange(float(n)) + i)
+    assert store.verify() == []

@@ -179,3 +179,20 @@ def test_displays_and_descriptor_output_interleave_without_losing_either() -> No
     displays = [value for kind, value in record.events if kind == "display"]
     assert [d["data"]["text/plain"] for d in displays] == [str(i) for i in range(2000)]
     assert record.text("stdout") == "x\n" * 2000
+
+
+def test_what_a_short_cell_writes_last_is_never_lost() -> None:
+    # A cell's end looks at the pipe instead of waiting for the reader thread: a byte
+    # written just before the end is either still in the pipe (then it waits) or read and
+    # recorded already (the reader holds the tee's lock from its read to its recording).
+    with kernel_streams() as kernel:
+        records = []
+        for i in range(300):
+            record = OutputRecord()
+            with tee_streams(record):
+                if i % 2:
+                    os.write(1, f"n{i}\n".encode())
+            records.append(record)
+    for i, record in enumerate(records):
+        assert record.text("stdout") == (f"n{i}\n" if i % 2 else ""), i
+    assert kernel.text(1) == "".join(f"n{i}\n" for i in range(1, 300, 2))

@@ -77,6 +77,7 @@ def test_open_snapshot_details_restore(tmp_path: Path) -> None:
         _run_ok(kernel, "%load_ext ipy_resume")  # twice is harmless for the target too
         assert "first ran" in _run_ok(kernel, FIRST).stdout
         _run_ok(kernel, SECOND)
+        _run_ok(kernel, "%checkpoint wait")  # (a kernel's cell returns before its save is durable)
         probe = CommProbe(kernel)
         hello = probe.open()
         assert [m["msg_type"] for m in hello] == ["comm_msg"]
@@ -159,10 +160,14 @@ def test_notify_changed_pushes_new_events(tmp_path: Path) -> None:
         out = _run_ok(kernel, "import ipy_resume.comm as c; c.notify_changed()")
         assert out.result == {"text/plain": "0"} and out.stdout == out.stderr == ""
         _run_ok(kernel, FIRST)
+        _run_ok(kernel, "%checkpoint wait")  # (its event is written once it is durable)
         probe = CommProbe(kernel)
         probe.open()
         seq = probe.request(id=1, request="snapshot")["data"]["last_seq"]
         _run_ok(kernel, SECOND)
+        # (a kernel's cell returns before its save is durable: the engine tells the panel
+        # when it is, at the latest when the next cell drains the writer's news)
+        _run_ok(kernel, "%checkpoint wait")
         # Whether or not the engine already pushed, an explicit call must push only what is new.
         probe.pushes.clear()
         msg = probe.client.session.msg(

@@ -21,8 +21,10 @@ import pytest
 from corpus_runner import (
     CORPUS,
     PREFIX,
+    CellResult,
     corpus_notebooks,
     prepare,
+    read_outputs,
     run_three_ways,
     split_product_lines,
 )
@@ -90,14 +92,31 @@ def test_the_products_own_lines_are_removed_before_outputs_are_compared() -> Non
     text = (
         "epoch 0\n"
         f"\r{PREFIX}loop 10/60  3.1 it/s  not saved yet   \r{PREFIX}loop 60/60  3.0 it/s   \n"
-        f"\n{PREFIX}executed 'c3' in 12 ms; saved checkpoint ab12cd34 (3 KB written in 4 ms)\n"
+        f"\n{PREFIX}executed 'c3' in 12 ms; saving checkpoint ab12cd34 (3 KB to write)\n"
         "epoch 20\n"
+        f"{PREFIX}saved checkpoint ab12cd34 of 'c3' (3 KB written in 4 ms)\n"
     )
     cleaned, ours = split_product_lines(text)
     assert cleaned == "epoch 0\nepoch 20\n"
-    assert len(ours) == 3 and all(line.startswith(PREFIX) for line in ours)
+    assert len(ours) == 4 and all(line.startswith(PREFIX) for line in ours)
     untouched = "a warning\n\nwith a blank line\n"
     assert split_product_lines(untouched) == (untouched, [])
+
+
+def test_the_writers_saved_line_is_a_status_not_a_message() -> None:
+    # In a kernel a cell says "saving" and returns; the writer's "saved" line reaches the
+    # cell's output only when it comes before the kernel is idle again.
+    stderr = (
+        f"{PREFIX}executed 'c4' in 5 ms; saving checkpoint cbe7493b (19.1 KB to write)\n"
+        f"{PREFIX}saved checkpoint cbe7493b of 'c4' (19.1 KB written in 30 ms)\n"
+    )
+    cell = {"outputs": [{"output_type": "stream", "name": "stderr", "text": stderr}]}
+    result = CellResult("c4", 4, "ok")
+    read_outputs(cell, result)
+    assert result.outcome == "executed" and result.durable and result.messages == []
+    other = CellResult("c5", 5, "ok")
+    read_outputs(cell, other)  # (another cell's line stays a message)
+    assert len(other.messages) == 2 and not other.durable
 
 
 def test_the_referee_compares_identity_except_of_tuples_of_atoms() -> None:

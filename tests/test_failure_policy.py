@@ -101,6 +101,10 @@ def test_failed_save_keeps_values_and_says_so(
         raise OSError(code, "injected failure")
 
     shell.run_cell("%%checkpoint warmup\nw = 1")  # key and store exist; the save itself fails
+    # (durable before the fault is injected; on a loaded machine its line may come apart
+    # from the cell's, "saving" then "saved", when the write outlasts the cell's wait)
+    shell.run_line_magic("checkpoint", "wait")
+    capsys.readouterr()
     monkeypatch.setattr(fsio, "_fsync", broken)
     result = shell.run_cell("%%checkpoint full\nimport numpy as np\nkept = np.arange(100_000)\n")
     assert result.success

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def test_read_csv_sees_a_changed_file_and_hits_again_when_it_is_back(tmp_path: P
     data.write_text("a,b\n1,2\n")  # back as it was: new mtime, same bytes
     fourth = run_process(tmp_path, [READ_CSV], evals)
     assert fourth["eval"]["total"] == "3"
-    first_id = first["cells"][0]["stderr"].split("saved checkpoint ")[1].split()[0]
+    # ("saving checkpoint ID" in a kernel, "saved checkpoint ID" in a terminal)
+    first_id = re.search(r"sav(?:ed|ing) checkpoint (\w+)", first["cells"][0]["stderr"])[1]
     assert f"from checkpoint {first_id}" in fourth["cells"][0]["stderr"]
 
 

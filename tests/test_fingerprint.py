@@ -1433,11 +1433,14 @@ class _MyFloat(float):
     ],
 )
 def test_lists_and_tuples_of_floats_digest_as_their_items_do(items: list[Any]) -> None:
-    # the loops of lists and tuples digest floats inline: the bytes must stay the ones
-    # the float rule gives (a checkpoint's key must not change)
-    from ipy_resume.fingerprint.primitives import atomic_float, hash128
+    # A sequence of floats only (exact type) digests as its packed doubles (one hash, every
+    # NaN as one NaN); any other as its items' digests, the bytes the float rule gives.
+    from ipy_resume.fingerprint.primitives import NAN_BYTES, atomic_float, hash128
 
     def by_rule(tag: bytes, value: Any) -> bytes:
+        if value and all(type(x) is float for x in value):
+            packed = b"".join(NAN_BYTES if x != x else struct.pack("<d", x) for x in value)
+            return hash128(tag + b"f64\0" + packed)
         parts = [atomic_float(x) if type(x) is float else Fingerprinter().digest(x) for x in value]
         return hash128(tag + b"".join(parts))
 
@@ -1446,8 +1449,65 @@ def test_lists_and_tuples_of_floats_digest_as_their_items_do(items: list[Any]) -
 
 
 def test_list_and_tuple_digests_are_the_ones_recorded_before() -> None:
-    # (values computed by the release before the inlined float loop)
+    # (a mixed list: the value computed by the release before the inlined float loop)
     mixed = [1.0, 2.5, float("nan"), -0.0, "a", 3]
     assert Fingerprinter().digest(mixed).hex() == "0a94a0fc8de7e3f8eafd88cd823eb869"
+    # (its inner list of floats digests packed after 0.1.0, see docs/keys.md: before, this was
+    # 82ba51bee0f78140c53664b1d2123c7f)
     nested = (0.5, [1.0], float("inf"))
-    assert Fingerprinter().digest(nested).hex() == "82ba51bee0f78140c53664b1d2123c7f"
+    assert Fingerprinter().digest(nested).hex() == "613a366a7a52644539d8990cb3119fe5"
+
+
+def test_packed_float_digests_keep_every_difference_that_matters() -> None:
+    """Exactness of the packed form: each item's bits count (-0.0 is not 0.0, 1.0 is not 1
+    nor True nor a float subclass), NaNs are one value whatever their payload (as a lone
+    float's digest is), the order counts, and a list is not a tuple."""
+    d = Fingerprinter().digest
+    base = [float(i) * 0.5 for i in range(100)]
+    assert d(base) == d(list(base)) == d([float(x) for x in base])
+    changed = list(base)
+    changed[57] = math.nextafter(changed[57], 1e9)  # one bit of one item
+    assert d(changed) != d(base)
+    assert d([0.0, 1.0]) != d([-0.0, 1.0])
+    assert d([1.0, 2.0]) != d([1, 2.0]) != d([1, 2])
+    assert d([1.0, 2.0]) != d([True, 2.0])
+    assert d([1.0, 2.0]) != d([_MyFloat(1.0), 2.0])
+    assert d([1.0, 2.0]) != d([2.0, 1.0])
+    assert d([1.0, 2.0]) != d((1.0, 2.0))
+    payload = struct.unpack("<d", b"\x01\x00\x00\x00\x00\x00\xf8\x7f")[0]
+    nans = [[1.0, float("nan")], [1.0, -float("nan")], [1.0, payload], [1.0, math.inf - math.inf]]
+    assert len({d(v) for v in nans}) == 1
+    assert d([1.0, float("nan")]) != d([1.0, math.inf])
+    assert d([math.inf, -math.inf]) != d([-math.inf, math.inf])  # (their sum is NaN)
+    assert d([[1.0, 2.0], [3.0]]) != d([[1.0], [2.0, 3.0]])
+    # the same digest in another process (the packing is little-endian on every machine)
+    code = (
+        "from ipy_resume.fingerprint import Fingerprinter;"
+        "print(Fingerprinter().digest([float(i) * 0.5 for i in range(100)]).hex())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == d(base).hex()
+
+
+def test_a_top_level_list_of_floats_digests_as_the_traversal_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the quick path of a key's input (no traversal) gives the traversal's bytes, aliases
+    # included, and steps aside for a rule registered for float
+    values = [[0.5 * i for i in range(50)], tuple([1.0, float("nan"), -0.0]), [1.0, 2]]
+    quick = [Fingerprinter().digest(v) for v in values]
+    with monkeypatch.context() as m:
+        m.setattr(fpcore, "TOP_LEVEL_QUICK", {})
+        assert [Fingerprinter().digest(v) for v in values] == quick
+    fpcore.register_alias(quick[0], b"s" * 16)
+    try:
+        assert Fingerprinter().digest(values[0]) == b"s" * 16
+    finally:
+        fpcore.clear_aliases()
+    register(float, lambda fp, v: [struct.pack("<d", round(v, 1))])
+    try:
+        assert Fingerprinter().digest([1.01, 2.0]) == Fingerprinter().digest([1.0, 2.0])
+    finally:
+        fpcore._REGISTRY.pop(float, None)
+        fpcore._clear_rule_caches()
+    assert Fingerprinter().digest([1.01, 2.0]) != Fingerprinter().digest([1.0, 2.0])

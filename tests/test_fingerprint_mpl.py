@@ -384,3 +384,55 @@ def test_contours_are_fingerprinted_by_their_lines_not_their_generator(
     other = fig.add_subplot(projection=projection).contour(x, y, z * 2, 12)
     assert fingerprint(other) != fingerprint(lines)
     plt.close(fig)
+
+
+def _shared_scene() -> dict[str, Any]:
+    """Values that share parts of figures in every way a notebook binds them."""
+    fig, hist = build()
+    fig2, axes = plt.subplots(2, 2, sharex=True)
+    for i, ax in enumerate(axes.flat):
+        ax.plot(np.arange(5) * i, label=f"l{i}")
+    twin = axes[0, 0].twinx()
+    twin.plot([3, 2, 1])
+    axes[1, 1].legend()
+    loop: list[Any] = [fig2]
+    loop.append(loop)  # a reference cycle through a figure
+    return {
+        "fig": fig,
+        "ax": fig.axes[0],
+        "hist": hist,
+        "patches": hist[2],
+        "first_bar": hist[2][0],
+        "fig2": fig2,
+        "axes": axes,
+        "twin": twin,
+        "lines": [ax.lines[0] for ax in axes.flat],
+        "by_name": {"left": axes[0, 0], "legend": axes[1, 1].get_legend()},
+        "loop": loop,
+        "title": fig.axes[0].title,
+    }
+
+
+def test_a_shared_memo_gives_each_value_its_own_digest() -> None:
+    # The digests taken together after a run share their memo (fig and ax walk one
+    # figure once); every value must still get the digest a fingerprinter of its own
+    # gives, whatever was digested before it.
+    from ipy_resume.engine import _Once
+
+    scene = _shared_scene()
+    alone = {name: fingerprint(value) for name, value in scene.items()}
+    assert len(set(alone.values())) == len(alone)
+    names = list(scene)
+    rng = np.random.default_rng(7)
+    for order in (names, names[::-1], *(list(rng.permutation(names)) for _ in range(6))):
+        fp = _Once()
+        together = {name: fp.digest(scene[name]) for name in order}
+        assert together == alone, order
+    # and a change reached only through an attached figure still shows in a shared memo
+    fp = _Once()
+    before = {name: fp.digest(scene[name]) for name in names}
+    scene["fig2"].axes[3].lines[0].set_color("red")
+    fp = _Once()
+    after = {name: fp.digest(scene[name]) for name in ("lines", "first_bar", "twin", "fig")}
+    assert after["lines"] != before["lines"] and after["twin"] != before["twin"]
+    assert after["first_bar"] == before["first_bar"] and after["fig"] == before["fig"]

@@ -85,7 +85,9 @@ def logged(folder: Path) -> list[int]:
 
 
 def outputs(path: Path) -> list[list[dict[str, Any]]]:
-    """Every code cell's outputs as compared: text exact, images by the hash of their bytes."""
+    """Every code cell's outputs as compared: text exact, images by the hash of their bytes,
+    a stream's consecutive chunks joined (where a kernel cuts its text depends on when its
+    I/O thread flushes: ``print(a, b)`` arrives as one message or two)."""
     nb = nbformat.read(path, as_version=4)
     out = []
     for cell in nb.cells:
@@ -95,6 +97,10 @@ def outputs(path: Path) -> list[list[dict[str, Any]]]:
         for o in cell.outputs:
             item: dict[str, Any] = {"type": o.output_type}
             if o.output_type == "stream":
+                last = shown[-1] if shown else {}
+                if last.get("type") == "stream" and o.name in last:
+                    last[o.name] += o.text
+                    continue
                 item[o.name] = o.text
             elif "data" in o:
                 item.update(

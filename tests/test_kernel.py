@@ -60,7 +60,10 @@ def test_output_written_below_python_is_shown_live_and_replayed(tmp_path: Path) 
         with Kernel(tmp_path, kernel_env(tmp_path)) as kernel:
             kernel.run("%load_ext ipy_resume")
             runs.append(kernel.run(FD_CELL))
-            after = kernel.run("import os; os.write(1, b'after the cell\\n'); done")
+            # (ipykernel's thread reading descriptor 1 forwards it: given time to, under load)
+            after = kernel.run(
+                "import os, time; os.write(1, b'after the cell\\n'); time.sleep(0.5); done"
+            )
             assert after.result == {"text/plain": "True"}
             assert "after the cell" in after.stdout  # the kernel's own pipe is back in place
     first, second = runs
@@ -70,3 +73,20 @@ def test_output_written_below_python_is_shown_live_and_replayed(tmp_path: Path) 
     assert "warning from C" in first.stderr and "warning from C" in second.stderr
     assert "restored 'native'" in second.stderr
     assert second.stdout.count("from the descriptor") == 1  # replayed once, not twice
+
+
+def test_a_small_save_says_saving_then_saved_under_its_own_cell(tmp_path: Path) -> None:
+    # A kernel's cell is not held for the writer's fsyncs: it returns saying "saving",
+    # and the "saved" line, printed by the writer once the checkpoint is durable, carries
+    # the cell's own parent header (not the next cell's), so a frontend shows it there.
+    with Kernel(tmp_path, kernel_env(tmp_path)) as kernel:
+        assert kernel.run("%load_ext ipy_resume").status == "ok"
+        cell = kernel.run("%%checkpoint small\nx = list(range(10))")
+        assert cell.status == "ok"
+        assert "executed 'small'" in cell.stderr and "saving checkpoint" in cell.stderr
+        assert "saved checkpoint" not in cell.stderr, cell.stderr
+        short = cell.stderr.split("saving checkpoint ")[1].split()[0]
+        later = kernel.later_stderr(cell, "saved checkpoint")
+        assert f"saved checkpoint {short} of 'small'" in later, later
+        listed = kernel.run("%checkpoint list")
+        assert "small" in listed.stdout and short in listed.stdout, listed.stdout

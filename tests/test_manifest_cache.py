@@ -244,3 +244,44 @@ def test_a_new_checkpoint_of_a_listed_key_is_found(
     newer = Store(tmp_path / "st", key=KEY).save("c", "k1", {"x": 2}).manifest
     found = store.find("c", "k1")
     assert found is not None and found.id == newer.id
+
+
+def _background_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    """A store holding ("c", "k1") -> {"x": 1}, saved as a kernel's cell saves it: staged,
+    then committed on the writer thread."""
+    from ipy_resume.store import background
+
+    monkeypatch.delenv(background.SWITCH_ENV, raising=False)
+    store = Store(tmp_path / "st", key=KEY)
+    job = background.submit(store.snapshot("c", "k1", {"x": 1}))
+    assert job is not None
+    assert background.flush() and job.error is None
+    return store
+
+
+def test_a_manifest_this_process_published_is_not_read_once_settled(
+    tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer thread parses the bytes it signed and notes the file's identity right
+    # after the publish; once the file has settled with that identity, a hit reads nothing.
+    store = _background_save(tmp_path, monkeypatch)
+    _settle(monkeypatch)
+    found = store.find("c", "k1")
+    assert found is not None and store.load_values(found) == {"x": 1}
+    assert reads == []
+    assert store.find("c", "k1") is found and reads == []
+
+
+def test_a_manifest_this_process_published_and_then_changed_is_refused(
+    tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _background_save(tmp_path, monkeypatch)
+    (path,) = (tmp_path / "st" / "manifests").rglob("*.json")
+    before = os.stat(path)
+    _next_tick()
+    _flip_in_place(path, b'"x"', b'"z"')
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # (the ctime still moved)
+    _settle(monkeypatch)
+    with pytest.raises(ManifestError):
+        store.find("c", "k1")
+    assert reads == [str(path)]

@@ -292,7 +292,8 @@ def test_real_cli_verify_exits_nonzero_and_names_each_bad_object(
     flipped[len(flipped) // 2] ^= 0x01
     blobs[0].write_bytes(bytes(flipped))
     blobs[1].unlink()
-    manifest.write_bytes(sweep.pristine[manifest].replace(b'"complete": true', b'"complete":true'))
+    # whitespace only: the content verifies, the layout does not
+    manifest.write_bytes(sweep.pristine[manifest].replace(b"{", b"{ ", 1))
     env = dict(os.environ, JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"))
     proc = subprocess.run(
         [sys.executable, "-m", "ipy_resume.cli", "verify", "--store", str(sweep.root)],

@@ -73,6 +73,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "%load_ext ipy_resume",
             "%%checkpoint first\nx = 10\n",
             "%%checkpoint second\nx = x + 5\ny = 'hello'\n",
+            "%checkpoint wait",  # (a kernel's cell returns before its save is durable)
         ):
             assert kernel.run(cell).status == "ok"
     assert (root / "exp" / ".ipy_resume").is_dir()

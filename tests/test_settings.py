@@ -102,6 +102,30 @@ def test_changes_and_merge_in_process() -> None:
     assert merged["environ"] == {"set": {}, "unset": ["IPY_RESUME_TEST_FLAG"]}
 
 
+def test_an_unchanged_rcparams_snapshot_is_the_last_one_and_a_change_is_seen() -> None:
+    import matplotlib
+
+    name = "matplotlib.rcParams"
+    first = settings.snapshot()[name]
+    again = settings.snapshot()[name]
+    assert again is first  # nothing changed: the last copy stands, and diffs to nothing
+    assert settings.changes({name: first}, {name: again}) == {}
+    old = matplotlib.rcParams["lines.linewidth"]
+    try:
+        matplotlib.rcParams["lines.linewidth"] = old + 1.0
+        changed = settings.snapshot()[name]
+        assert changed is not first and changed["lines.linewidth"] == old + 1.0
+        diff = settings.changes({name: first}, {name: changed})
+        assert diff[name] == {"set": {"lines.linewidth": old + 1.0}, "unset": []}
+        # a raw write (no validation) is seen too
+        dict.__setitem__(matplotlib.rcParams, "lines.linewidth", old + 2.0)
+        assert settings.snapshot()[name]["lines.linewidth"] == old + 2.0
+    finally:
+        matplotlib.rcParams["lines.linewidth"] = old
+    assert settings.snapshot()[name]["lines.linewidth"] == old
+    assert first["lines.linewidth"] == old  # (a snapshot handed out is never changed)
+
+
 def test_importing_a_library_records_only_what_the_cell_set(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

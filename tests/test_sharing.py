@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 from test_cross_process import run_process
 
 from ipy_resume.sharing import SharedObjects, fingerprints_of
@@ -363,6 +366,35 @@ def test_pandas_dtypes_and_index_caches_are_no_evidence_but_an_index_is(tmp_path
     assert id(frame.index) in codecs.identities([frame]) & codecs.identities([column])
 
 
+def test_copies_of_a_frame_share_no_evidence_and_saves_stay_flat(
+    shell: InteractiveShell, isolated: Path
+) -> None:
+    # A frame's copies share what pandas never changes in place (the columns Index's
+    # values, block placements, slices).  Counted, every copy was linked to all the
+    # earlier ones, and each save walked them all: cell n cost n walks (19 ms a cell at
+    # first, 90 ms after 150 copies).
+    pd = pytest.importorskip("pandas")
+    from IPython.utils.capture import capture_output
+
+    from ipy_resume.sharing import shared_objects
+    from ipy_resume.store import codecs
+
+    frame = pd.DataFrame({"a": np.arange(1000), "b": np.linspace(0, 1, 1000), "s": ["x"] * 1000})
+    copies = [frame.copy() for _ in range(3)]
+    assert copies[0].columns is not copies[1].columns  # (their values are shared)
+    assert codecs.identities([copies[0]]).isdisjoint(codecs.identities([copies[1]]))
+    shell.push({"df": frame})
+    for i in range(6):
+        with capture_output():
+            assert shell.run_cell(f"%%checkpoint c{i}\nz{i} = df.copy()").success
+    registry = shared_objects(isolated / "store")
+    last = codecs.identities([shell.user_ns["z5"]])
+    assert set(registry.holders(last)) == {"z5"}  # itself: no earlier copy shares with it
+    with capture_output():
+        shell.run_cell("z5.loc[0, 'a'] = -1")
+    assert int(shell.user_ns["z4"].loc[0, "a"]) == 0  # (and none ever was)
+
+
 def test_the_registry_answers_from_its_indexes_and_they_follow_every_drop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -414,6 +446,34 @@ def test_the_registry_answers_from_its_indexes_and_they_follow_every_drop(
     assert shared.holders({id(box["inner"])}) == {}
     assert shared.holders({id(again["box"]["inner"])}) == {"box": again["box"]}
     assert sum(t.endswith("/box") for ts in shared._by_obj.values() for t in ts) == 1
+
+
+def test_candidates_follow_every_entry_added_and_dropped(tmp_path: Path) -> None:
+    """The objects a save may link to are kept as entries come and go: the latest entry of
+    an object names it, an earlier one again once that is dropped, and neither a value
+    whose identity means nothing nor an object that died is a candidate."""
+    import gc
+
+    store = Store(tmp_path / "st", key=b"k" * 32)
+    shared = SharedObjects()
+    box, weak = [1, 2], _Box()  # (a list is held by the registry, a _Box weakly)
+    ns: dict[str, object] = {"a": box, "w": weak, "n": 3.5}
+    first = store.save("a", "k1", dict(ns)).manifest
+    shared.note(first, dict(ns), ns)
+    assert shared.candidates() == {id(box): f"{first.id}/a", id(weak): f"{first.id}/w"}
+    ns["b"] = box
+    second = store.save("b", "k2", {"b": box}).manifest
+    shared.note(second, {"b": box}, ns)
+    assert shared.candidates()[id(box)] == f"{second.id}/b"
+    del ns["b"]  # the next note's sweep drops that entry: the first one names the list again
+    third = store.save("c", "k3", {"c": [0]}).manifest
+    shared.note(third, {"c": ns.setdefault("c", [0])}, ns)
+    found = shared.candidates()
+    assert found[id(box)] == f"{first.id}/a" and found[id(ns["c"])] == f"{third.id}/c"
+    gone = id(weak)
+    del ns["w"], weak
+    gc.collect()
+    assert shared.candidates().get(gone) != f"{first.id}/w"
 
 
 COLORS = (
@@ -472,3 +532,70 @@ def test_a_record_array_view_shares_its_base_and_is_a_recarray_after_a_restore(
     assert all("restored" in c["stderr"] for c in second["cells"][:3]), second["cells"]
     assert second["eval"] == first["eval"]
     assert second["eval"]["classes"] == "(True, True)"
+
+
+COW_FRAME = (
+    "%%checkpoint frame\n"
+    "import pandas as pd\n"
+    "df = pd.DataFrame({'a': [1.0, 2.0], 'b': [3.0, 4.0], 'c': pd.Categorical(['x', 'y'])})"
+)
+COW_DERIVED = "%%checkpoint derived\nnarrow = df.drop(columns=['b']); alias = df.copy(deep=False)"
+COW_CHANGED = "%%checkpoint changed\ndf['e'] = [5, 6]"
+COW_WRITE = "df.iloc[0, 0] = 99.0; df.loc[0, 'c'] = 'y'"
+COW_CHECKS = {
+    "narrow": "(float(narrow.iloc[0, 0]), str(narrow.loc[0, 'c']))",
+    "alias": "(float(alias.iloc[0, 0]), str(alias.loc[0, 'c']))",
+    "df": "(float(df.iloc[0, 0]), str(df.loc[0, 'c']))",
+}
+
+
+def _copy_on_write_pandas() -> Any:
+    """pandas, when it copies on write (else the test is skipped)."""
+    pd = pytest.importorskip("pandas")
+    from ipy_resume.store import pandas_cow
+
+    if not pandas_cow.active():
+        pytest.skip(f"pandas {pd.__version__} does not copy on write")
+    return pd
+
+
+def test_frames_sharing_blocks_under_copy_on_write_stay_apart_after_a_restore(
+    tmp_path: Path,
+) -> None:
+    # `narrow` and `alias` hold df's blocks; pandas copies a block before a write while
+    # another frame holds it.  Restored sharing that memory without pandas' bookkeeping,
+    # the write to df showed through both (99.0, 'y'): the restored kernel differed.
+    _copy_on_write_pandas()
+    expected = {"narrow": "(1.0, 'x')", "alias": "(1.0, 'x')", "df": "(99.0, 'y')"}
+    cells = [COW_FRAME, COW_DERIVED, COW_CHANGED, COW_WRITE]
+    first = run_process(tmp_path, cells, COW_CHECKS)
+    assert first["eval"] == expected
+    second = run_process(tmp_path, cells, COW_CHECKS)
+    assert all("restored" in s for s in _statuses(second)[:3]), _statuses(second)
+    assert second["eval"] == expected
+    report = run_process(
+        tmp_path, ["from ipy_resume import cli\nrc = cli.main(['list', '--json'])"], {}
+    )
+    listed = json.loads(report["cells"][0]["stdout"])
+    names = {r["cell_id"]: r["names"] for r in listed}
+    # the frames are no evidence of one another: neither save stores the other again
+    assert names == {"frame": ["df", "pd"], "derived": ["alias", "narrow"], "changed": ["df"]}
+
+
+def test_copy_on_write_shared_blocks_are_no_evidence_but_their_objects_are(
+    tmp_path: Path,
+) -> None:
+    pd = _copy_on_write_pandas()
+    from ipy_resume.store import codecs, pandas_cow
+
+    item = {"k": 1}  # an object a column holds: shared with its name, whatever pandas does
+    frame = pd.DataFrame({"a": np.arange(4.0), "o": [item, 2, 3, 4]})
+    derived = frame.drop(columns=[])
+    assert pandas_cow.shared_block(frame._mgr.blocks[0])
+    common = codecs.identities([frame]) & codecs.identities([derived])
+    assert common == {id(item)}
+    assert id(item) in codecs.identities([frame]) & codecs.identities([[item]])
+    apart = frame.copy()  # a copy of its own: its block's memory counts as before
+    assert not pandas_cow.shared_block(apart._mgr.blocks[0])
+    column = apart["a"].to_numpy()  # (a view of that block's memory)
+    assert codecs.data_pointer(column) in codecs.identities([apart])

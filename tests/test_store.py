@@ -697,3 +697,15 @@ def test_timing_is_printed(store: Store, capsys: pytest.CaptureFixture[str]) -> 
             f"\n[store timing] 32 MiB save {1000 * (t1 - t0):.0f} ms, load {1000 * (t2 - t1):.0f} ms"
         )
     assert m.values["a"].size > a.nbytes
+
+
+def test_a_snapshot_whose_info_is_not_json_fails_with_that_reason_and_commits_nothing(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "st", key=b"k" * 32)
+    snap = store.snapshot("c", "k", {"x": [1, 2]}, info={"bad": object()})
+    with pytest.raises(TypeError, match="info must be JSON-serialisable"):
+        snap.stage()
+    snap.release()
+    assert store.find("c", "k") is None and store.manifests() == []
+    assert not list((tmp_path / "st").rglob("pending/*.json"))

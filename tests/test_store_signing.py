@@ -303,3 +303,54 @@ def test_the_manifest_layout_is_byte_for_byte_what_json_writes(doc: Any) -> None
 def test_the_manifest_layout_refuses_what_json_refuses(bad: float) -> None:
     with pytest.raises(ValueError):
         mf._file_bytes({"a": [1, {"b": bad}]})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(), _json_docs, max_size=6))
+def test_the_canonical_form_joined_from_top_level_pieces_is_the_canonical_form(
+    doc: dict[str, Any],
+) -> None:
+    # encode signs what it joins from each top-level value's encoding: decode checks the
+    # signature over canonical_json of the whole document, so the two must never differ
+    pieces = {k: mf._CANONICAL.encode(v) for k, v in doc.items()}
+    assert mf._joined(pieces).encode("utf-8") == mf.canonical_json(doc)
+
+
+def test_a_manifest_file_is_its_signed_compact_form_and_any_other_layout_is_refused(
+    tmp_path: Path,
+) -> None:
+    store, path = _saved(tmp_path)
+    data = path.read_bytes()
+    doc = json.loads(data)
+    assert doc["format"] == FORMAT_VERSION >= mf.COMPACT_FORMAT
+    assert data == mf.canonical_json(doc) + b"\n"  # one line, what is signed plus the signature
+    body = {k: v for k, v in doc.items() if k != "signature"}
+    assert signing.verify(KEY_A, mf.canonical_json(body), doc["signature"])
+    path.write_bytes(mf._file_bytes(doc))  # the same content, laid out as format 2 was
+    fresh = Store(store.root, key=KEY_A)
+    with pytest.raises(ManifestError, match="altered"):
+        fresh.find("train", "abc")
+
+
+def test_a_format_2_manifest_signed_again_keeps_the_layout_its_readers_insist_on() -> None:
+    m = mf.Manifest(
+        id="0123456789abcdef",
+        cell_id="c",
+        key="k",
+        created="2026-01-01T00:00:00.000Z",
+        complete=True,
+        values={},
+        extras={},
+        failed={},
+        info={"a": [1, "é"]},
+        versions={"python": "3.11"},
+        bytes=0,
+        bytes_written=0,
+        format=2,
+    )
+    data = mf.encode(m, KEY_A)
+    doc = json.loads(data)
+    assert data == mf._file_bytes(doc)  # indented, byte for byte as json writes it
+    assert mf.decode(data, KEY_A).format == 2
+    m.format = 3
+    assert mf.decode(mf.encode(m, KEY_A), KEY_A).info == {"a": [1, "é"]}

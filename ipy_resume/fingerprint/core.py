@@ -214,16 +214,25 @@ class Fingerprinter:
         "_life",
         "_life_keep",
         "_low",
+        "_marks",
         "_max_objects",
         "_max_seconds",
         "_next_check",
         "_objs",
+        "_reach",
         "_refining",
+        "_shared",
         "_sigmas",
         "_top_name",
     )
 
-    def __init__(self, *, max_objects: int | None = None, max_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_objects: int | None = None,
+        max_seconds: float | None = None,
+        shared: bool = False,
+    ) -> None:
         objects, seconds = read_budget(os.environ.get(BUDGET_ENV))
         self._max_objects = objects if max_objects is None else max_objects
         self._max_seconds = seconds if max_seconds is None else max_seconds
@@ -247,6 +256,15 @@ class Fingerprinter:
         self._active = 0
         # objects a handler put aside to be digested once, after the top-level value
         self._attached: dict[int, object] = {}
+        # *shared*: the memo outlives each top-level digest, so a part of several values
+        # (the Axes of ``fig`` and of ``ax``) is walked once.  A top-level digest covers
+        # what its parts attached, so each finished object records the objects attached
+        # within its part of the graph (``_reach``, from the log ``_marks`` of every
+        # attach), and a memo hit attaches them again: each value's digest stays the one
+        # a fingerprinter of its own gives.
+        self._shared = shared
+        self._reach: dict[int, tuple[object, ...]] = {}
+        self._marks: list[object] = []
         self._count = 0
         self._next_check = 0
         self._deadline = 0.0
@@ -261,6 +279,12 @@ class Fingerprinter:
         16
         """
         top = not self._active
+        if top:
+            quick = TOP_LEVEL_QUICK.get(type(value))
+            if quick is not None:
+                done = quick(value)
+                if done is not None:
+                    return ALIASES.get(done, done) if ALIASES else done
         limit = sys.getrecursionlimit()
         if top:
             if limit < _RECURSION_LIMIT:
@@ -286,9 +310,11 @@ class Fingerprinter:
             if top:
                 if sys.getrecursionlimit() != limit:
                     sys.setrecursionlimit(limit)
-                self._call.clear()
-                self._call_keep.clear()
+                if not self._shared:
+                    self._call.clear()
+                    self._call_keep.clear()
                 self._attached.clear()
+                self._marks.clear()
                 self._objs.clear()
                 self._entries.clear()
                 self._index.clear()
@@ -310,6 +336,24 @@ class Fingerprinter:
         True
         """
         self._attached.setdefault(address(obj), obj)
+        self._marks.append(obj)
+
+    def _reattach(self, reached: tuple[object, ...]) -> None:
+        """Attach again what a memoised part attached when it was digested."""
+        attached = self._attached
+        for obj in reached:
+            attached.setdefault(address(obj), obj)
+        self._marks.extend(reached)
+
+    def _record_reach(self, ids: Iterable[int], start: int) -> None:
+        """Remember, for the objects *ids* just finished, what was attached within them."""
+        found = self._marks[start:]
+        if len(found) > 1:
+            found = list({address(o): o for o in found}.values())
+        reached = tuple(found)
+        reach = self._reach
+        for vid in ids:
+            reach[vid] = reached
 
     def _with_attached(self, result: bytes) -> bytes:
         done: dict[int, bytes] = {}
@@ -356,6 +400,10 @@ class Fingerprinter:
         life = entry[1] == LIFE_MEMO
         hit = (self._life if life else self._call).get(vid)
         if hit is not None:
+            if self._reach:
+                reached = self._reach.get(vid)
+                if reached is not None:
+                    self._reattach(reached)
             return hit
         index = self._index.get(vid)
         if index is not None:
@@ -378,6 +426,7 @@ class Fingerprinter:
         self._entries.append(entry)
         outer_low = self._low
         self._low = my + 1
+        marks = len(self._marks)
         try:
             result = entry[0](self, value)
             low = self._low
@@ -389,7 +438,7 @@ class Fingerprinter:
             self._low = outer_low
             if low == my:
                 self._sigmas[my] = result
-                result = self._close(my)
+                result = self._close(my, marks)
             else:
                 # On no cycle: the digest is final.  Tarjan's stack ends with this object.
                 del self._index[vid]
@@ -404,6 +453,8 @@ class Fingerprinter:
                     else:
                         self._call[vid] = result
                         self._call_keep.append(value)
+                    if self._shared and len(self._marks) > marks:
+                        self._record_reach((vid,), marks)
             return result
         except BaseException as exc:
             self._abandon(my, outer_low)
@@ -424,8 +475,10 @@ class Fingerprinter:
         del self._entries[start:]
         self._low = outer_low
 
-    def _close(self, start: int) -> bytes:
-        """Finish the component whose first member sits at *start*; return that member's digest."""
+    def _close(self, start: int, marks: int) -> bytes:
+        """Finish the component whose first member sits at *start*; return that member's digest.
+
+        *marks*: where the attach log stood when that member was entered."""
         members = self._objs[start:]
         entries = self._entries[start:]
         ids = [address(m) for m in members]
@@ -485,6 +538,8 @@ class Fingerprinter:
                 else:
                     call[ids[i]] = digest
                     call_keep.append(member)
+            if self._shared and len(self._marks) > marks:
+                self._record_reach(ids, marks)  # (each member reaches the whole component)
         return finals[0]
 
     def _number_members(
@@ -557,6 +612,9 @@ class Fingerprinter:
 _REGISTRY: dict[type, Callback] = {}
 # resolved rules, by exact type
 RESOLVED_ATOMIC: dict[type, Atomic] = {}
+# exact type -> a function giving the digest of a top-level value of it without the
+# traversal's set-up, or None when it cannot (see containers.quick_floats)
+TOP_LEVEL_QUICK: dict[type, Callable[[Any], bytes | None]] = {}
 _COMPOSITE: dict[type, tuple[Handler, int]] = {}
 _HEAP: weakref.WeakKeyDictionary[type, tuple[Handler, int]] = weakref.WeakKeyDictionary()
 # Its dict keyed by weak references: a lookup through it stays in C (WeakKeyDictionary.get is
@@ -637,6 +695,24 @@ def _registered(fn: Callback) -> Handler:
         return digest_bytes(b"registered", qualified_name(type(value)).encode(), *parts)
 
     return handler
+
+
+def resolve_rule(t: type) -> Rule:
+    """The rule for exact type *t*, found and cached now if it was not.
+
+    >>> resolve_rule(float) is RESOLVED_ATOMIC[float]
+    True
+    """
+    return _resolve(t)
+
+
+def composite_rule(t: type) -> tuple[Handler, int] | None:
+    """The resolved (handler, memo kind) of exact type *t*; None if not resolved or atomic.
+
+    >>> _ = resolve_rule(list); composite_rule(list)[0].__name__
+    '_c_list'
+    """
+    return _COMPOSITE.get(t)
 
 
 def _resolve(t: type) -> Rule:

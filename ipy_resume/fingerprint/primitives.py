@@ -49,6 +49,8 @@ _q3 = struct.Struct("<qqq").pack
 # digest is the same, but a 1 GB bytes value does not cost another 1 GB.
 _STREAM_MIN = 1 << 20
 
+_BYTES_ONLY = {bytes}
+
 MISSING = object()
 HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes created at run time, which may be collected
 
@@ -64,6 +66,10 @@ def digest_bytes(*parts: bytes | bytearray | memoryview) -> bytes:
     >>> len(digest_bytes(b"key=", memoryview(b"value")))
     16
     """
+    if parts and set(map(type, parts)) == _BYTES_ONLY:  # (a key's parts: small bytes)
+        sizes = list(map(len, parts))
+        if max(sizes) < _STREAM_MIN:
+            return hash128(b"".join(map(bytes.__add__, map(pack_u64, sizes), parts)))
     buf = bytearray()
     hasher = None
     for part in parts:

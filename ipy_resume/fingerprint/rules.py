@@ -420,13 +420,14 @@ def _fitted(
     except KeyError:
         return None
     pairs = []
-    done, attached, ndarray = fp._call, fp._attached, _ndarray_type
+    done, attached, ndarray, reach = fp._call, fp._attached, _ndarray_type, fp._reach
     for (name, up), value in zip(other_names, other_values, strict=True):
         t = type(value)
         if t in _SCALARS or (t in _SEQUENCES and _SCALARS.issuperset(map(type, value))):
             return None  # a leaf now: it goes with the leaves
         if up:
             attached.setdefault(address(value), value)  # Fingerprinter.attach, inline
+            fp._marks.append(value)
             pairs.append(name + _UP_DIGEST)
             continue
         if t is ndarray:
@@ -437,6 +438,10 @@ def _fitted(
         # An object digested already (the Axes' transforms, a style enum): its digest from
         # the memo without a call.  Not a method: one bound to *obj* counts differently here.
         digest = None if t is _MethodType else done.get(address(value))
+        if digest is not None and reach:
+            reached = reach.get(address(value))
+            if reached is not None:
+                fp._reattach(reached)  # (what the memo hit in Fingerprinter._digest does)
         pairs.append(name + (digest or _other_digest(fp, obj, value)))
     return names, values, pairs
 

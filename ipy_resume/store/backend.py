@@ -100,6 +100,9 @@ _RACY_FINE_NS = 100_000_000
 _RACY_NS = 2_000_000_000
 
 
+_DOTS = frozenset({".", ".."})
+
+
 def _ident(st: os.stat_result) -> tuple[int, int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -120,11 +123,15 @@ def _settled_at(mtime_ns: int, ctime_ns: int, now_ns: int) -> bool:
 
 
 def _read_fd(name: str) -> tuple[os.stat_result, bytes]:
-    """The status and the whole content of file *name*, in four system calls."""
+    """The status and the whole content of file *name*, in four system calls (more when
+    its size changed after its status was read)."""
     fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
     try:
         st = os.fstat(fd)
-        chunks = [os.read(fd, st.st_size + 1)]
+        first = os.read(fd, st.st_size + 1)
+        if len(first) == st.st_size:  # the whole file, as its status said: no read of its end
+            return st, first
+        chunks = [first]
         while chunks[-1]:  # grown since the fstat (never for a committed manifest)
             chunks.append(os.read(fd, 1 << 16))
     finally:
@@ -360,7 +367,7 @@ class LocalBackend(Backend):
     def _name(self, key: str) -> str:
         # local_path's check, as text: on the path of every hit, a pathlib join costs more
         # than the stat it is for
-        if not key or key[0] == "/" or "//" in key or any(p in (".", "..") for p in key.split("/")):
+        if not key or key[0] == "/" or "//" in key or not _DOTS.isdisjoint(key.split("/")):
             raise ValueError(f"bad key {key!r}")
         return self._top + key if os.sep == "/" else os.path.join(self._top, *key.split("/"))
 

@@ -117,6 +117,7 @@ class Job:
     bytes_written: int = 0
     event: threading.Event = field(default_factory=threading.Event)
     reported: bool = False
+    held: int = 0  # bytes it counts against the budget (the snapshot's size when submitted)
     root: Path = field(init=False)
     key: tuple[str, str] = field(init=False)  # (cell id, key) of the checkpoint
 
@@ -190,7 +191,10 @@ def _finish(job: Job) -> None:
         job.snapshot.abandon()
     with _writer.mutex:
         job.finished = time.perf_counter()
-        _writer.held -= job.snapshot.size
+        # (what submit counted: the snapshot's size is that of the blobs it still holds,
+        # none once they were staged to files)
+        _writer.held -= job.held
+        job.held = 0
         notify = job.notify
     if notify is not None:
         with contextlib.suppress(Exception):  # a closed stream must not stop the writer
@@ -303,7 +307,7 @@ def submit(
         with _writer.mutex:
             _writer.held -= size
         raise
-    job = Job(snapshot, done, notify)
+    job = Job(snapshot, done, notify, held=size)
     with _writer.mutex:
         _writer.jobs.append(job)
     if not _atexit_registered:

@@ -76,6 +76,7 @@ _CHUNK = 8 << 20
 _PIPELINE_MIN = 32 << 20
 # blobs below this size are read on the file descriptor, in one call (BlobStore._read_small)
 _SMALL_READ = 1 << 20 if hasattr(os, "readv") else 0  # (no readv on Windows)
+_ALIGN_MIN = 64 << 10  # smaller reads go to a buffer as numpy allocates it
 _O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 MAP_MIN = 2 << 20
@@ -413,7 +414,7 @@ class BlobStore:
     def read(
         self, address: str, algo: str, checksum: str, size: int, *, context: str
     ) -> np.ndarray:
-        """The verified bytes of a blob, as a writeable page-aligned uint8 array.
+        """The verified bytes of a blob, as a writeable uint8 array (page-aligned from 64 KiB).
 
         On failure the file is quarantined and :class:`fsio.CorruptBlob` (or
         :class:`fsio.MissingBlob`) is raised; *context* names the checkpoint in
@@ -464,7 +465,8 @@ class BlobStore:
             fd = os.open(name, _O_READ)
         except FileNotFoundError:
             raise _missing(rel, context) from None
-        buf = aligned_empty(size)
+        # (a page's alignment only pays for copies of many pages)
+        buf = aligned_empty(size) if size >= _ALIGN_MIN else np.empty(size, dtype=np.uint8)
         try:
             st = os.fstat(fd)
             if st.st_size < size:

@@ -66,6 +66,7 @@ import cloudpickle
 import numpy as np
 
 from ipy_resume import modrefs
+from ipy_resume.store import pandas_cow
 
 __all__ = [
     "ARRAY_BLOB_MIN",
@@ -494,6 +495,17 @@ class _Pickler(cloudpickle.CloudPickler):
     change nothing (:func:`_arrow_reduced`).
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # cloudpickle's table is a ChainMap of its reducers over copyreg's: the C pickler
+        # asks it for the type of every object that has no reducer of its own, through
+        # Python code raising a KeyError per map.  A dict of the same entries (cloudpickle's
+        # first, as in the ChainMap) is looked up in C: pickling a figure or an estimator
+        # takes about half the time.  Read by the pickler's __init__, so set before it.
+        self.dispatch_table = {**copyreg.dispatch_table, **self._dispatch_table}
+        # pandas' block managers, written with the blocks copy-on-write shares copied
+        self.managers = pandas_cow.manager_types() if pandas_cow.active() else frozenset()
+        super().__init__(*args, **kwargs)
+
     def reducer_override(self, obj: Any) -> Any:
         if type(obj) is np.ndarray:
             dt = obj.dtype
@@ -504,6 +516,10 @@ class _Pickler(cloudpickle.CloudPickler):
                 reduced = _datetimes_reduced(obj)
                 if reduced is not None:
                     return reduced
+        elif type(obj) in self.managers:
+            reduced = pandas_cow.unshared_manager(obj)
+            if reduced is not None:
+                return reduced
         elif _ARROW_STATE.get(type(obj)) is not False:
             reduced = _arrow_reduced(obj)
             if reduced is not None:
@@ -629,9 +645,47 @@ def subclass_view_of(
     return view_of(root, offset, shape, strides, dtype).view(_VIEW_CLASSES[cls])
 
 
-def data_pointer(arr: np.ndarray) -> int:
-    """The address of *arr*'s first byte: arrays that view one memory share it."""
+def _ctypes_pointer(arr: np.ndarray) -> int:
     return int(arr.ctypes.data)  # (a third of the cost of __array_interface__)
+
+
+def _pointer_reader() -> Callable[[np.ndarray], int]:
+    """The fastest sound way to read an array's data pointer on this build.
+
+    numpy's array object starts with the object header and then its data pointer (the
+    public ``PyArrayObject_fields`` layout, unchanged since numpy 1.7): read in place, that
+    is an eighth of the cost of ``arr.ctypes.data``, which builds an object per call (a
+    save asks for every array it pickles and walks).  Checked here on views, empty and
+    subclass arrays; any other layout falls back to ``ctypes``.
+    """
+    import ctypes
+
+    read = ctypes.c_void_p.from_address
+    ndarray = np.ndarray
+    offset = 2 * ctypes.sizeof(ctypes.c_void_p)
+
+    def in_place(arr: np.ndarray) -> int:
+        if not isinstance(arr, ndarray):  # (read only an array's own layout)
+            return _ctypes_pointer(arr)
+        return read(id(arr) + offset).value or 0
+
+    base = np.arange(12.0)
+    samples = [base, base[3:], base.reshape(3, 4).T, np.zeros(0), base.view(np.recarray)]
+    if all(in_place(a) == int(a.ctypes.data) for a in samples):
+        return in_place
+    return _ctypes_pointer
+
+
+_data_pointer = _pointer_reader()
+
+
+def data_pointer(arr: np.ndarray) -> int:
+    """The address of *arr*'s first byte: arrays that view one memory share it.
+
+    >>> a = np.arange(4.0); data_pointer(a[1:]) - data_pointer(a)
+    8
+    """
+    return _data_pointer(arr)
 
 
 def whole_view(arr: object) -> bool:
@@ -842,7 +896,8 @@ class PickledGroup(Pickled):
 # modules, dtypes): never evidence that two values hold one object.
 _NO_IDENTITY = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, type)
 _PLAIN_CONTAINERS = frozenset({list, dict, set, bytearray})
-_WALK_SKIPS = (*_NO_IDENTITY, np.dtype, np.generic, pickle.PickleBuffer, types.ModuleType)
+# (a slice is a value: frames copied from one another share pandas' cached ones)
+_WALK_SKIPS = (*_NO_IDENTITY, slice, np.dtype, np.generic, pickle.PickleBuffer, types.ModuleType)
 _MEMBERS_MAX = 20_000  # objects walked per save or restore to find what values share (~0.1 s)
 # exact types only
 _ATOMS: frozenset[type] = frozenset({str, bytes, int, float, complex, bool, type(None)})
@@ -872,10 +927,12 @@ def _mpl_artist() -> type | None:
     return getattr(module, "Artist", None)
 
 
-# What an Index holds besides its values and name: caches derived from the values (its
+# What an Index holds besides its name: its values, which no operation changes in place
+# (copies of an Index share them, so every frame copied from one would hold "shared"
+# objects with all the others and be linked to them), caches derived from the values (its
 # engine, hash tables, a RangeIndex's materialised array), a token views share, and the
 # copy-on-write bookkeeping.  None of it is state a write could show through another name.
-_INDEX_DERIVED = frozenset({"_cache", "_id", "_references"})
+_INDEX_DERIVED = frozenset({"_data", "_cache", "_id", "_references"})
 
 
 def _pandas_rules() -> tuple[tuple[type, ...], type | None]:
@@ -884,21 +941,33 @@ def _pandas_rules() -> tuple[tuple[type, ...], type | None]:
     Dtypes (``CategoricalDtype`` with its categories, ``StringDtype``) are immutable values
     pandas caches and hands to every column of that type; ``BlockValuesRefs`` is
     copy-on-write bookkeeping that links views of one block, and with copy-on-write no
-    write shows through such a view.
+    write shows through such a view; a ``BlockPlacement`` (which columns a block holds) is
+    immutable, and a frame's copies share it, as they share the immutable pyarrow arrays
+    of an Arrow-backed column (pyarrow's arrays, tables, scalars and types; not its
+    buffers, which may be mutable).
     """
     extensions = sys.modules.get("pandas.api.extensions")
     internals = sys.modules.get("pandas._libs.internals")
     pandas = sys.modules.get("pandas")
+    arrow = sys.modules.get("pyarrow")
+    arrow_names = ("Array", "ChunkedArray", "Table", "RecordBatch", "Scalar", "DataType")
     skip = tuple(
         t
         for t in (
             getattr(extensions, "ExtensionDtype", None),
             getattr(internals, "BlockValuesRefs", None),
+            getattr(internals, "BlockPlacement", None),
+            *(getattr(arrow, name, None) for name in arrow_names),
         )
         if isinstance(t, type)
     )
     index = getattr(pandas, "Index", None)
     return skip, index if isinstance(index, type) else None
+
+
+def _cow_block_type() -> type | None:
+    """pandas' block class while copy-on-write keeps a shared block's memory apart."""
+    return pandas_cow.block_type() if pandas_cow.active() else None
 
 
 def identities(values: Any, skip: set[int] | None = None, hits: set[int] | None = None) -> set[int]:
@@ -922,6 +991,7 @@ def identities(values: Any, skip: set[int] | None = None, hits: set[int] | None 
     out: set[int] = set()
     artist = _mpl_artist()
     pandas_skip, pandas_index = _pandas_rules()
+    cow_block = _cow_block_type()
     skipped = skip or set()
     seen: set[int] = set(skipped)  # (objects written as links: their insides are theirs)
     # (the objects walked count, not those skipped: a walk that skips more links walks the
@@ -941,7 +1011,7 @@ def identities(values: Any, skip: set[int] | None = None, hits: set[int] | None 
         kind = type(obj)
         what = kinds.get(kind)
         if what is None:
-            what = _walk_kind(obj, kind, artist, pandas_skip, pandas_index)
+            what = _walk_kind(obj, kind, artist, pandas_skip, pandas_index, cow_block)
             if _own_class(obj, kind):  # (a proxy's class is its referent's: asked each time)
                 kinds[kind] = what
         if what == _W_SKIP:
@@ -970,16 +1040,26 @@ def identities(values: Any, skip: set[int] | None = None, hits: set[int] | None 
             if obj.flags.writeable:  # read-only: a cache a library hands to everyone
                 out.add(key)
                 out.add(data_pointer(array_root(obj)))
-            if obj.dtype.hasobject and obj.size:  # items are objects (a column of dicts)
-                items = obj.ravel(order="K")
-                # A column of strings or numbers has nothing to share: look at a sample first.
-                if not all(isinstance(x, _NO_IDENTITY) for x in items[:64]):
-                    sample = list(items[:_MEMBERS_MAX])
-                    todo.extend(sample)
-                    inside.extend([in_artist] * len(sample))
+            sample = _object_items(obj)
+            todo.extend(sample)
+            inside.extend([in_artist] * len(sample))
             continue
         elif what == _W_ARTIST:
             in_artist = True
+        elif what == _W_BLOCK:
+            out.add(key)
+            children = gc.get_referents(obj)
+            if pandas_cow.shared_block(obj):
+                # Memory copy-on-write shares with another frame's block is no evidence: no
+                # write shows through it, and it is stored as a copy (see pandas_cow).  A
+                # column of objects still holds them.
+                held = getattr(obj, "values", None)
+                children = [c for c in children if c is not held]
+                if type(held) is np.ndarray:
+                    children.extend(_object_items(held))
+            todo.extend(children)
+            inside.extend([in_artist] * len(children))
+            continue
         if modrefs.lookup(obj) is not None:
             continue
         if what == _W_PLAIN:
@@ -1005,8 +1085,20 @@ def identities(values: Any, skip: set[int] | None = None, hits: set[int] | None 
     return out
 
 
+def _object_items(arr: np.ndarray) -> list[Any]:
+    """The items of an array of objects that :func:`identities` walks: none for an array
+    of numbers, or of objects whose first items are strings or numbers (nothing to share,
+    and a column of them is long)."""
+    if not (arr.dtype.hasobject and arr.size):
+        return []
+    items = arr.ravel(order="K")
+    if all(isinstance(x, _NO_IDENTITY) for x in items[:64]):
+        return []
+    return list(items[:_MEMBERS_MAX])
+
+
 # What a type is to identities (see _walk_kind)
-_W_SKIP, _W_TUPLE, _W_INDEX, _W_ARRAY, _W_ARTIST, _W_PLAIN, _W_OTHER = range(7)
+_W_SKIP, _W_TUPLE, _W_INDEX, _W_ARRAY, _W_ARTIST, _W_PLAIN, _W_OTHER, _W_BLOCK = range(8)
 
 
 def _own_class(obj: object, kind: type) -> bool:
@@ -1022,6 +1114,7 @@ def _walk_kind(
     artist: type | None,
     pandas_skip: tuple[type, ...],
     pandas_index: type | None,
+    cow_block: type | None,
 ) -> int:
     """How :func:`identities` treats *obj*: by its type alone, so for every object of it
     (unless its class is not its type)."""
@@ -1035,6 +1128,8 @@ def _walk_kind(
         return _W_INDEX
     if kind is np.ndarray:
         return _W_ARRAY
+    if cow_block is not None and isinstance(obj, cow_block):
+        return _W_BLOCK
     if artist is not None and kind.__module__.startswith("matplotlib"):
         # transforms, paths, fonts, colormaps: shared by every figure
         return _W_ARTIST if isinstance(obj, artist) else _W_SKIP
@@ -1200,5 +1295,18 @@ def unpickle_group(
     if not isinstance(group, dict):
         raise ValueError(f"a value group must be a dict, not {type(group).__name__}")
     if members is not None:
-        members.update(identities(group.values()))
+        members.update(_held(list(group.values())))
     return group
+
+
+def _held(values: list[object]) -> set[int]:
+    """:func:`identities` of a group just unpickled, without the walk when every value is
+    :func:`flat` (a restored list of floats): then only the plain containers among them
+    count, as the walk counts them (the walk's set-up costs more than such a value's load).
+
+    >>> box = [1.5, 2.5]; _held([box, 3, (1, 2)]) == {id(box)}
+    True
+    """
+    if not all(map(flat, values)):
+        return identities(values)
+    return {id(v) for v in values if type(v) in _PLAIN_CONTAINERS and modrefs.lookup(v) is None}

@@ -84,6 +84,18 @@ CREATE INDEX IF NOT EXISTS events_by_session ON events(session, seq);
 """
 
 
+def _uuid4_hex() -> str:
+    """``uuid.uuid4().hex``, without the UUID object (every event makes one).
+
+    >>> h = _uuid4_hex(); len(h), h[12], h[16] in "89ab", uuid.UUID(h).version
+    (32, '4', True, 4)
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex()
+
+
 @dataclass
 class Event:
     """One row of the timeline.
@@ -109,7 +121,7 @@ class Event:
     bytes: int = 0
     names: list[str] = field(default_factory=list)
     detail: str = ""
-    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    event_id: str = field(default_factory=lambda: _uuid4_hex())
     seq: int | None = None
 
     @property
@@ -146,6 +158,11 @@ class Journal:
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None
         self._lock = threading.Lock()
+        # The thread holding _lock, and events it appended meanwhile: opening a lost
+        # journal rebuilds it from the manifests, which may finish a dead kernel's staged
+        # save, whose event is appended to this same journal (after the lock is let go).
+        self._owner: int | None = None
+        self._after: list[Event] = []
         self.rebuilt = 0  # events this object rebuilt from manifests
         self.quarantined: list[str] = []  # damaged journal files this object moved away
         # why events appended with append_later could not be written (None: all were)
@@ -158,18 +175,29 @@ class Journal:
     ) -> Iterator[sqlite3.Connection | None]:
         # One connection per Journal, kept open: opening and closing per event made SQLite
         # checkpoint the WAL (with fsyncs) on every close, ~10 ms per cell.
-        with self._lock:
-            if self._conn is not None and self._inode != _inode(self.path):
-                # deleted under us, or moved to quarantine by another process that found
-                # it damaged: what we would write there is lost, so follow the new file
-                self._close_locked()
-            if self._conn is None:
-                missing = not self.path.exists()
-                if missing and not create and not self._rebuildable():
-                    yield None
-                    return
-                self._conn = self._open_locked(missing, skip)
-            yield self._conn
+        try:
+            with self._lock:
+                self._owner = threading.get_ident()
+                try:
+                    if self._conn is not None and self._inode != _inode(self.path):
+                        # deleted under us, or moved to quarantine by another process that
+                        # found it damaged: what we would write there is lost, so follow
+                        # the new file
+                        self._close_locked()
+                    if self._conn is None:
+                        missing = not self.path.exists()
+                        if missing and not create and not self._rebuildable():
+                            yield None
+                            return
+                        self._conn = self._open_locked(missing, skip)
+                    yield self._conn
+                finally:
+                    self._owner = None
+        finally:
+            if self._after:
+                waiting, self._after = self._after, []
+                for event in waiting:
+                    self.append(event)
 
     def _rebuildable(self) -> bool:
         return self.source is not None and self.backend.has_prefix("manifests")
@@ -341,7 +369,11 @@ class Journal:
         self._recovering(insert, create=True)
 
     def append(self, event: Event) -> Event:
-        """Commit *event* durably; returns it with ``seq`` filled in."""
+        """Commit *event* durably; returns it with ``seq`` filled in (later, when appended
+        while this thread is opening the journal: then once the journal is open)."""
+        if self._owner == threading.get_ident():
+            self._after.append(event)  # (waiting for the lock this thread holds: a deadlock)
+            return event
         flush_deferred(self.path)  # the events queued before it come first
 
         def insert(conn: sqlite3.Connection) -> int | None:

@@ -52,7 +52,11 @@ __all__ = [
 
 # 2: pickled values of one checkpoint may be grouped (``member``) and link to other
 # checkpoints' values (``links``); a reader of format 1 would misread those, so it must refuse.
-FORMAT_VERSION = 2
+# 3: the file is the signed document's compact canonical JSON (what is signed, with the
+# signature), not an indented layout; a reader of format 2 would take it for altered.
+FORMAT_VERSION = 3
+COMPACT_FORMAT = 3
+"""The first format whose files are compact (see :func:`encode`)."""
 KINDS = ("hdf5", "pickle", "raw")
 _ID = re.compile(r"[0-9a-f]{16}")
 
@@ -440,18 +444,47 @@ def checksum(doc: Mapping[str, Any]) -> str:
 
 
 def encode(manifest: Manifest, key: bytes) -> bytes:
-    """The signed file content of *manifest* (sets ``manifest.signature``)."""
+    """The signed file content of *manifest* (sets ``manifest.signature``).
+
+    The three canonical forms a save needs (without ``checksum`` for the checksum, with
+    it for the signature, with the signature for the file) differ only in top-level
+    entries: each top-level value is encoded once and the three are joined from those.
+    A manifest of format 3 or later is stored as the last of them; an older one (``trust``
+    signs it again) keeps the indented layout its readers insist on.
+
+    >>> encode(m, key).startswith(b'{"bytes":')  # doctest: +SKIP
+    True
+    """
     doc = manifest.to_json()
     doc["signer"] = signer(key)
-    doc["checksum"] = checksum(doc)
-    manifest.signature = signing.sign(key, canonical_json(doc))
+    try:
+        pieces = {k: _CANONICAL.encode(v) for k, v in doc.items()}
+    except (TypeError, ValueError) as exc:  # (all but the info is ours)
+        raise TypeError(f"info must be JSON-serialisable: {exc}") from exc
+    digest = hashlib.sha256(_joined(pieces).encode("utf-8")).hexdigest()[:32]
+    doc["checksum"] = digest
+    pieces["checksum"] = _quoted(digest)
+    manifest.signature = signing.sign(key, _joined(pieces).encode("utf-8"))
     doc["signature"] = manifest.signature
+    if manifest.format >= COMPACT_FORMAT:
+        pieces["signature"] = _quoted(manifest.signature)
+        return (_joined(pieces) + "\n").encode("utf-8")
     return _file_bytes(doc)
 
 
+def _joined(pieces: Mapping[str, str]) -> str:
+    """The canonical JSON of a document from its top-level values' canonical JSON."""
+    return "{" + ",".join([_quoted(k) + ":" + pieces[k] for k in sorted(pieces)]) + "}"
+
+
+def _compact_bytes(doc: Mapping[str, Any]) -> bytes:
+    """The file of a manifest of format 3 or later: its canonical JSON and a newline."""
+    return canonical_json(doc) + b"\n"
+
+
 def _file_bytes(doc: Mapping[str, Any]) -> bytes:
-    # The one layout a manifest file may have: reading insists on it byte for byte,
-    # so a change anywhere in the file, even in whitespace, is detected.
+    # The one layout a manifest file of format 1 or 2 may have: reading insists on it
+    # byte for byte, so a change anywhere in the file, even in whitespace, is detected.
     parts: list[str] = []
     try:
         _lay_out(doc, "\n", parts)
@@ -634,7 +667,10 @@ def decode(
         )
     doc["signature"] = signature
     built = _build(doc, path, rel)
-    if data != _file_bytes(doc):
+    # (one layout per format: a change anywhere in the file, even in whitespace, shows)
+    fmt = doc.get("format")
+    laid_out = _compact_bytes if isinstance(fmt, int) and fmt >= COMPACT_FORMAT else _file_bytes
+    if data != laid_out(doc):
         raise ManifestError(
             f"{what} in {rel} was altered (its bytes differ from the signed layout, though "
             "its content is intact); it is ignored and the cell will execute again. "

@@ -8,6 +8,11 @@ signed manifest and, for each blob, the temporary file that holds it.  The
 background writer then fsyncs those files, moves them into place, and publishes
 the manifest (see :mod:`ipy_resume.store.background`); the record goes last.
 
+A small save (new blobs of :data:`~ipy_resume.store.snapshot.INLINE_MAX` bytes at most)
+is staged as its record alone: the record holds each blob's bytes (``inline``), and the
+writer writes the blob files from its own copy.  Recovery treats those bytes as it treats
+a staged file: each is checked against the manifest's checksum before it is written.
+
 Because the bytes live in the OS, not in the kernel, a kernel that dies (SIGKILL,
 out of memory, a crash in C code) loses nothing it staged: the next process that
 reads the store finds the records of dead writers and finishes their commits
@@ -20,7 +25,12 @@ that commit: the cell executes again next time, as for any lost save.
 
 A record names its writer by process id, process start time and boot id, so a
 process id reused after a reboot or by a later process is not taken for the
-writer, and a live writer's commit is never taken over.
+writer, and a live writer's commit is never taken over.  A large save's blobs are
+written by a forked child (see :mod:`ipy_resume.store.snapshot`); the record, written
+by the kernel before the cell returns, names that child as the writer's ``helper``,
+and the writer is alive while either process is.  The child is a session of its own,
+so the kill of the kernel's process group (what Jupyter's restart does) lets it
+finish handing the bytes to the OS, and the next reader then commits them.
 
 Staging is a power of a backend with ``local_files`` (a folder): records and staged
 blobs are named by key (``pending/<id>.json``, ``objects/ab/.tmp-…``), and their files
@@ -30,12 +40,15 @@ before the cell returns).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import os
 import posixpath
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +62,7 @@ __all__ = [
     "FOLDER",
     "Recovered",
     "Staged",
+    "helper",
     "live_temps",
     "owner",
     "record_bytes",
@@ -59,6 +73,7 @@ __all__ = [
     "remove_record",
     "stage_blob",
     "write_record",
+    "writing",
 ]
 
 FOLDER = "pending"
@@ -74,16 +89,17 @@ def _boot_id() -> str:
         return ""
 
 
-def _start_time(pid: int) -> str:
-    """The start time of process *pid* (clock ticks since boot), '' where unknown."""
+def _start_time(pid: int, zombie: str = "dead") -> str:
+    """The start time of process *pid* (clock ticks since boot), '' where unknown, and
+    *zombie* for a process that has ended but is not reaped yet."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return ""
     # the command name (field 2) may hold spaces and parentheses: split after its end
     fields = stat[stat.rfind(")") + 2 :].split()
-    if fields and fields[0] in ("Z", "X"):
-        return "dead"  # a zombie runs nothing any more
+    if fields and fields[0] in ("Z", "X") and zombie:
+        return zombie  # a zombie runs nothing any more
     return fields[19] if len(fields) > 19 else ""
 
 
@@ -106,11 +122,33 @@ def owner() -> dict[str, Any]:
     return {"pid": pid, "start": _started[1], "boot": _BOOT}
 
 
+def helper(pid: int) -> dict[str, Any]:
+    """What names the child process *pid* that writes a save's blobs for this one
+    (a record's ``owner["helper"]``): its id and start time, read even if it has
+    ended already (then it is taken for dead at once)."""
+    return {"pid": pid, "start": _start_time(pid, zombie="")}
+
+
 def _alive(who: Any) -> bool:
-    """Whether the writer *who* (a record's ``owner``) may still commit its save."""
+    """Whether the writer *who* (a record's ``owner``) may still commit its save, or
+    its ``helper`` still write the save's blobs."""
+    return _running_pid(who) is not None
+
+
+def _running_pid(who: Any) -> int | None:
+    """The process of the writer *who* that still runs: the kernel, else (the kernel
+    gone) the ``helper`` writing its blobs; None when neither does."""
     if not isinstance(who, dict):
-        return False
-    pid, start, boot = who.get("pid"), who.get("start"), who.get("boot")
+        return None
+    for each in (who, who.get("helper")):
+        if isinstance(each, dict) and _running(each, who.get("boot")):
+            return int(each["pid"])
+    return None
+
+
+def _running(who: dict[str, Any], boot: Any) -> bool:
+    """Whether the process *who* names (``pid``, ``start``) runs, on this boot."""
+    pid, start = who.get("pid"), who.get("start")
     if not isinstance(pid, int) or pid <= 0:
         return False
     if _BOOT and boot and boot != _BOOT:
@@ -145,19 +183,27 @@ class Staged:
 
 
 def record_bytes(
-    manifest_bytes: bytes, staged: list[Staged], who: dict[str, Any] | None = None
+    manifest_bytes: bytes,
+    staged: list[Staged],
+    who: dict[str, Any] | None = None,
+    inline: list[tuple[str, bytes]] | None = None,
 ) -> bytes:
     """The commit record of a staged save: the signed manifest, its staged blobs, the writer.
+
+    *inline*: blobs whose bytes the record holds itself, ``(address, bytes)`` (a small
+    save's, staged as this one file; written as ``[address, size, base64]``).
 
     >>> record_bytes(encoded, staged)  # doctest: +SKIP
     b'{"version": 1, ...}'
     """
-    doc = {
+    doc: dict[str, Any] = {
         "version": _VERSION,
         "owner": owner() if who is None else who,
         "manifest": manifest_bytes.decode("utf-8"),
         "blobs": [[s.key, s.address, s.size] for s in staged],
     }
+    if inline:
+        doc["inline"] = [[a, len(d), base64.b64encode(d).decode("ascii")] for a, d in inline]
     return json.dumps(doc).encode("utf-8")
 
 
@@ -186,7 +232,7 @@ _mine_lock = threading.Lock()  # (the writer thread removes records)
 
 
 def _forked() -> None:
-    # the child writes nothing but its own records (see snapshot._fork_writer); another
+    # the child writes nothing but blob files (see snapshot._fork_writer); another
     # thread may have held the lock at the fork, and that thread is not in the child
     global _mine_lock
     _mine_lock = threading.Lock()
@@ -286,6 +332,7 @@ class Recovered:
 
     finished: list[str]
     abandoned: dict[str, str]
+    live: list[str] = field(default_factory=list)  # other live writers' records (files)
 
 
 def recover(store: Store) -> Recovered:
@@ -309,12 +356,15 @@ def recover(store: Store) -> Recovered:
             continue  # this process's own save, still on its way: a live writer's
         path = Path(where)
         doc = _load(path)
+        if doc is None and not os.path.lexists(path):
+            continue  # committed (or finished by another reader) since the listing
         if doc is None:
             # unreadable: a record is made visible whole (rename), so this is damage
             _drop(path, doc, backend)
             done.abandoned[path.stem] = "its commit record is unreadable"
             continue
         if _alive(doc.get("owner")):
+            done.live.append(where)
             continue
         problem = _finish(store, doc)
         _drop(path, doc, backend)
@@ -325,9 +375,46 @@ def recover(store: Store) -> Recovered:
     return done
 
 
+def writing(store: Store, cell_id: str, key: str, among: Iterable[str] | None = None) -> list[int]:
+    """Process ids of other live processes whose staged save is of (*cell_id*, *key*).
+
+    What a lookup that found nothing may wait for: another kernel's save of the same
+    cell, still on its way (or a killed kernel's forked child finishing its bytes).
+    Only a record whose manifest verifies under this store's key counts.  *among*: the
+    record files to look at (those :func:`recover` found live), else every one.
+
+    >>> writing(store, "train", key)  # doctest: +SKIP
+    [41207]
+    """
+    from ipy_resume.store import manifest
+
+    backend = store.backend
+    if not backend.local_files:
+        return []
+    if among is None:
+        names = backend.names(FOLDER)
+        among = backend.local_names([f"{FOLDER}/{n}" for n in names if n.endswith(".json")])
+    found: list[int] = []
+    for where in among:
+        if _is_mine(where):
+            continue
+        doc = _load(Path(where))
+        pid = None if doc is None else _running_pid(doc.get("owner"))
+        if doc is None or pid is None:
+            continue
+        try:
+            data = str(doc["manifest"]).encode("utf-8")
+            m = manifest.decode(data, store.key, rel=f"{FOLDER}/record", store=str(store.location))
+        except (KeyError, fsio.StoreError):
+            continue
+        if m.cell_id == cell_id and m.key == key:
+            found.append(pid)
+    return found
+
+
 def _finish(store: Store, doc: dict[str, Any]) -> str | None:
     """Verify and commit one dead writer's save; None on success, else why not."""
-    from ipy_resume.store import manifest
+    from ipy_resume.store import blobs, manifest
 
     backend = store.backend
     try:
@@ -347,9 +434,29 @@ def _finish(store: Store, doc: dict[str, Any]) -> str | None:
         if beside != final.rpartition("/")[0] or not fsio.is_temp_name(name):
             return "its commit record names a file outside the store's objects"
         temps[address] = backend.local_path(rel)
+    held: dict[str, bytes] = {}  # blobs the record holds itself (a small save's)
+    for entry in doc.get("inline", []):
+        try:
+            address, size, text = str(entry[0]), int(entry[1]), str(entry[2])
+            raw = base64.b64decode(text.encode("ascii"), validate=True)
+        except (TypeError, ValueError, IndexError, UnicodeEncodeError, binascii.Error):
+            return "its commit record is damaged"
+        if len(raw) != size:
+            return "its commit record is damaged"
+        held[address] = raw
     dirs: set[Path] = set()
     for ref in m.blob_refs():
         if store.blobs.exists(ref.blob, ref.size):
+            continue
+        inline = held.get(ref.blob)
+        if inline is not None:
+            # trusted only once the signed manifest's checksum says these are its bytes
+            if len(inline) != ref.size or blobs.digest(ref.algo, [inline]) != ref.checksum:
+                return f"blob {ref.blob[:16]}… failed its checksum"
+            try:
+                store.blobs.put(ref.blob, [inline], ref.size, dirs=dirs)
+            except (OSError, ValueError) as exc:
+                return f"blob {ref.blob[:16]}… could not be written ({exc})"
             continue
         staged = temps.get(ref.blob)
         if staged is None:

@@ -42,6 +42,18 @@ FORK_MIN = 4 << 20
 """A staged save this large is written by a forked child (see :meth:`Snapshot.stage`)."""
 FORK_ENV = "IPY_RESUME_FORK"
 """``0`` stages every save in the kernel's own process."""
+INLINE_MAX = 64 << 10
+"""A staged save whose new blobs total at most this many bytes is one file: its commit
+record holds their bytes (see :meth:`Snapshot.stage`)."""
+
+
+def _own_bytes(chunks: list[Any]) -> bytes:
+    """The concatenation of *chunks* (buffers, perhaps views of live arrays) as new bytes."""
+    parts = []
+    for chunk in chunks:
+        view = memoryview(chunk)
+        parts.append(view if view.ndim == 1 and view.itemsize == 1 else view.cast("B"))
+    return b"".join(parts)
 
 
 def _may_fork(size: int) -> bool:
@@ -53,14 +65,15 @@ def _may_fork(size: int) -> bool:
     )
 
 
-def _fork_writer(
-    todo: list[tuple[str, list[Any], int, Path]], record: Path, data: bytes
-) -> tuple[int, int]:
-    """Fork a child that writes each blob to its temporary file, then the record.
+def _fork_writer(todo: list[tuple[str, list[Any], int, Path]]) -> tuple[int, int]:
+    """Fork a child that writes each blob to its temporary file.
 
     The child runs nothing but these writes and leaves with ``os._exit``: no atexit
     handler, no stream of the kernel's, no lock of another thread's is touched.  It
-    says why it failed on a pipe as ``errno|file|message``.
+    says why it failed on a pipe as ``errno|file|message``.  It is a session of its
+    own: Jupyter restarts or stops a kernel by killing its process group, and a
+    child killed with it would lose a save the cell has already returned from (the
+    kernel's commit record names the child, and the next reader commits its bytes).
     """
     reader, writer = os.pipe()
     try:
@@ -73,14 +86,23 @@ def _fork_writer(
         code = 1
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the kernel's
-            os.close(reader)
+            with contextlib.suppress(OSError):
+                os.setsid()  # (fails when the parent made this a group leader first: fine)
+            # Nothing of the kernel's stays open here: a child that outlives the kernel
+            # must not hold its sockets (the restarted kernel binds the same ports) or
+            # its output pipes.  Memory is all it needs: the chunks are in it.
+            os.closerange(3, writer)
+            os.closerange(writer + 1, os.sysconf("SC_OPEN_MAX"))
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            if null > 2:
+                os.close(null)
             current = ""
             try:
                 for _address, chunks, size, temp in todo:
                     current = os.fspath(temp)
                     pending.stage_blob(temp, chunks, size, temp=temp)
-                current = os.fspath(record)
-                pending.write_record(record, data)
                 code = 0
             except OSError as exc:
                 os.write(writer, f"{exc.errno}|{exc.filename or current}|{exc.strerror}".encode())
@@ -88,6 +110,10 @@ def _fork_writer(
                 os.write(writer, f"{errno.EIO}|{current}|{exc}".encode())
         finally:
             os._exit(code)
+    # Out of the kernel's process group before the cell returns, whether or not the child
+    # has run yet: a restart right after the cell (a kill of that group) must miss it.
+    with contextlib.suppress(OSError):  # (the child's setsid came first, or it has ended)
+        os.setpgid(pid, pid)
     os.close(writer)
     return pid, reader
 
@@ -155,6 +181,9 @@ class Snapshot:
         """
         store, writer = self.store, self.writer
         backend = store.backend
+        if 0 < self.size <= INLINE_MAX:  # (far below FORK_MIN)
+            self._stage_inline()
+            return
         keys = {a: backend.temp_key(store.blobs.key(a)) for a, _c, _s in writer.deferred or ()}
         todo = [
             (address, chunks, size, backend.local_path(keys[address]))
@@ -176,26 +205,66 @@ class Snapshot:
             path = backend.local_path(record_key)
             data = manifest.encode(self.manifest, store.key)
             self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
-            record = pending.record_bytes(data, staged)
+            who = None
             if _may_fork(self.size):
                 try:
-                    self.child = _fork_writer(todo, path, record)
+                    self.child = _fork_writer(todo)
                 except OSError:  # no memory or processes left for a child: write here
                     self.child = None
             if self.child is not None:
-                self.record = path
+                # written before the child's blobs are: a kernel killed from here on
+                # leaves a record that waits for the child, then is committed
+                who = {**pending.owner(), "helper": pending.helper(self.child[0])}
             else:
                 for address, chunks, size, temp in todo:
                     writer.current = store.blobs.path(address)
                     pending.stage_blob(writer.current, chunks, size, temp=temp)
                 writer.current = None
-                self.record = pending.write_record(path, record)
+            record = pending.record_bytes(data, staged, who=who)
+            self.record = pending.write_record(path, record)
         except BaseException as exc:
             self.abandon()
             if isinstance(exc, OSError):  # said as a save's failure, naming the file
                 raise self.error(exc) from exc
             raise
         writer.deferred = []
+
+    def _stage_inline(self) -> None:
+        """:meth:`stage` of a small save: one file, the commit record, holding the blobs.
+
+        Each blob still to write becomes bytes of our own (a copy of an array's memory:
+        a few kilobytes), written into the record beside the signed manifest; the writer
+        thread writes the blob files from those bytes (temporary file, fsync, rename) as
+        it would a synchronous save's.  A kernel that dies first leaves the record, and
+        the next reader checks each blob's bytes against the manifest's checksum before it
+        writes them (see :func:`pending.recover`).  One file handed to the OS instead of
+        one per blob plus the record: a small cell's save makes no folder and no
+        temporary blob file before it returns.
+        """
+        store, writer = self.store, self.writer
+        backend = store.backend
+        self.staged = []
+        try:
+            own = [
+                (address, _own_bytes(chunks), size)
+                for address, chunks, size in writer.deferred or ()
+            ]
+            for _address, data, size in own:
+                if len(data) != size:
+                    raise ValueError(f"a blob is {len(data)} bytes, expected {size}")
+            writer.deferred = [(address, [data], size) for address, data, size in own]
+            self.manifest.bytes_written = sum(size for _a, _d, size in own)
+            record_key = pending.record_key(self.manifest.id)
+            backend.make_parents(record_key, dirs=self.new_dirs)
+            data = manifest.encode(self.manifest, store.key)
+            self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
+            record = pending.record_bytes(data, [], inline=[(a, d) for a, d, _s in own])
+            self.record = pending.write_record(backend.local_path(record_key), record)
+        except BaseException as exc:
+            self.abandon()
+            if isinstance(exc, OSError):
+                raise self.error(exc) from exc
+            raise
 
     def _reap(self, kill: bool = False) -> None:
         """Wait for the forked child (killed first with *kill*); raise its failure."""

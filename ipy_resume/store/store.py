@@ -26,6 +26,7 @@ import platform
 import re
 import secrets
 import sqlite3
+import sys
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +77,9 @@ PACK_TARGET = 16 << 20
 """A pack is closed (and a new one started) once it would grow past this."""
 EXTRA_PREFIX = "extra:"
 """Prefix of an extra's name in ``failed`` (values are named as they are)."""
+PEER_SAVE_WAIT = 120.0
+"""Seconds a lookup waits for another live process's staged save of the same key
+(a large save's bytes going to disk while its kernel restarts, say)."""
 
 _KEY = re.compile(r"[0-9A-Za-z_-]{1,200}")
 # Below this many bytes in all, reading a checkpoint's blobs two at a time gains nothing.
@@ -94,6 +98,9 @@ class _Verified:
     manifest: Manifest | None  # None: written here, parsed (not verified again) on first use
     # (a background commit's is parsed on the writer thread: see Store._remember)
     settled: bool  # the identity could not change unseen any more when it was read
+    # published by this process, ident read right after (see Store._read: trusted once the
+    # file has settled with that same identity)
+    own: bool = False
 
 
 # (where the manifest lives, trust id of the key it verified under) -> what was verified;
@@ -138,7 +145,6 @@ _versions_cache: dict[str, str] = {}
 def _versions() -> dict[str, str]:
     if not _versions_cache:
         import cloudpickle
-        import h5py
 
         # (not importlib.metadata: it scans every installed distribution, ~0.1 s in the
         # first save of every kernel; the package's version module is what it publishes)
@@ -147,11 +153,15 @@ def _versions() -> dict[str, str]:
         _versions_cache.update(
             python=platform.python_version(),
             numpy=np.__version__,
-            h5py=h5py.__version__,
-            hdf5=h5py.version.hdf5_version,
             cloudpickle=cloudpickle.__version__,
             ipy_resume=own,
         )
+    if "h5py" not in _versions_cache and "h5py" in sys.modules:
+        # h5py is named once it has been imported: any checkpoint with an HDF5 blob has
+        # imported it before its manifest is built, and a kernel that saves no array
+        # does not pay ~20 ms to import it for a line of `show`
+        h5py = sys.modules["h5py"]
+        _versions_cache.update(h5py=h5py.__version__, hdf5=h5py.version.hdf5_version)
     return dict(_versions_cache)
 
 
@@ -317,13 +327,16 @@ class Writer:
         Objects that are values in *hdf5* (slot → array, stored already) or that *linker*
         knows are written as links; a value that cannot be pickled is left out, named.
         """
-        links: dict[int, str] = {id(v): token(this, slot[2:]) for slot, v in hdf5.items()}
+        own: dict[int, str] = {id(v): token(this, slot[2:]) for slot, v in hdf5.items()}
+        # (this checkpoint's id is new: no candidate's token is one of its own)
+        local = set(own.values())
         bases: list[Any] = [v for v in [*hdf5.values(), *values.values()] if type(v) is np.ndarray]
         if linker is not None:
-            for obj_id, tok in linker.candidates().items():
-                links.setdefault(obj_id, tok)
+            links = linker.candidates()  # (a new dict: ours to change)
+            links.update(own)  # an array stored here is its own link
             bases.extend(linker.arrays())
-        local = {tok for tok in links.values() if tok.startswith(this + "/")}
+        else:
+            links = own
 
         def check(tok: str) -> bool:
             if tok in local:
@@ -375,10 +388,13 @@ class Writer:
             # comes back as a new object, and whatever held the old one must follow.
             asked = (group.members, group.reached)
             while True:
+                holding = linker.holders(*asked)
+                if not holding:
+                    break
                 linked = {i for i, tok in links.items() if tok in group.links}
                 more = {
                     f"v:{name}": obj
-                    for name, obj in linker.holders(*asked).items()
+                    for name, obj in holding.items()
                     if f"v:{name}" not in todo and f"v:{name}" not in hdf5 and id(obj) not in linked
                 }
                 if not more:
@@ -427,7 +443,9 @@ class Writer:
         """
         found: dict[str, object] = {}
         tops = {id(v) for v in todo.values()}
-        skip = {i for i, tok in links.items() if i not in tops or check(tok)}
+        # every link but the values themselves that changed since they were stored
+        skip = set(links)
+        skip.difference_update([i for i in tops & skip if not check(links[i])])
         while True:
             walked = codecs.Walk.of(list(todo.values()), set(skip))
             more = {
@@ -596,6 +614,10 @@ class Store:
         # the pending/ folder as last looked at, and when: see _settle_pending
         self._pending_seen: Hashable = None
         self._pending_checked = 0.0
+        # staged saves of dead writers that could not be finished, by checkpoint id (why):
+        # the engine says each once, so a lost save is never silent
+        self.abandoned: dict[str, str] = {}
+        self._pending_live: list[str] = []  # other live writers' records, as last scanned
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.location)!r})"
@@ -826,11 +848,9 @@ class Store:
         _check_cell_id(cell_id)
         _check_key(key)
         extras = {} if extras is None else extras
+        # (whether it is JSON is told by the manifest's encoding, in stage: a whole encoding
+        # of it here cost a small save more than its pickles)
         info_doc = dict(info or {})
-        try:
-            manifest.canonical_json(info_doc)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"info must be JSON-serialisable: {exc}") from exc
         for name in [*values, *extras]:
             _check_text("a value name", name)
         writer = Writer(self.blobs, defer=True)
@@ -1055,6 +1075,8 @@ class Store:
             return
         self._pending_checked = now
         done = pending.recover(self)
+        self.abandoned.update(done.abandoned)
+        self._pending_live = done.live
         with contextlib.suppress(OSError):
             seen = self.backend.identity(pending.FOLDER) or seen
         self._pending_seen = seen[0]
@@ -1125,13 +1147,8 @@ class Store:
             if problem is not None and problem != "is missing":
                 self.blobs.quarantine(ref.blob)
 
-    @contextlib.contextmanager
-    def _sweeping(self, m: Manifest) -> Iterator[None]:
-        try:
-            yield
-        except CorruptBlob:
-            self._sweep(m)
-            raise
+    def _sweeping(self, m: Manifest) -> _Sweeping:
+        return _Sweeping(self, m)
 
     def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
         cell = " ".join(cell_id.split())
@@ -1184,7 +1201,12 @@ class Store:
         slot = (self._origin + rel, self._trust())
         known = _verified.get(slot)
         backend = self.backend
-        if quick and known is not None and known.settled and known.manifest is not None:
+        if (
+            quick
+            and known is not None
+            and (known.settled or known.own)
+            and known.manifest is not None
+        ):
             try:
                 seen = backend.identity(rel)
             except FileNotFoundError:
@@ -1192,7 +1214,15 @@ class Store:
             except OSError as exc:
                 raise self._unreadable(rel, exc) from None
             if seen is not None and seen[0] == known.ident:
-                return known.manifest
+                if known.settled:
+                    return known.manifest
+                if seen[1]:
+                    # This process wrote these bytes, and the file has kept the identity
+                    # it had right after, until it could no longer change unseen: only a
+                    # rewrite to the same size within the clock tick of the publish could
+                    # hide (ipy_resume never rewrites a published manifest).
+                    _verified[slot] = _Verified(known.ident, known.digest, known.manifest, True)
+                    return known.manifest
         try:
             data, seen = backend.read_identified(rel)
         except FileNotFoundError:
@@ -1252,7 +1282,7 @@ class Store:
         # not settled: the first read compares the bytes once (a bucket's new object has
         # no listed identity yet)
         _verified[(self._origin + rel, self._trust())] = _Verified(
-            None if seen is None else seen[0], hashlib.sha256(data).digest(), parsed, False
+            None if seen is None else seen[0], hashlib.sha256(data).digest(), parsed, False, True
         )
 
     def _manifest_paths(self, prefix: str = "manifests") -> list[PurePath]:
@@ -1302,7 +1332,11 @@ class Store:
         )
 
     def find(
-        self, cell_id: str, key: str, accept: Callable[[Manifest], bool] | None = None
+        self,
+        cell_id: str,
+        key: str,
+        accept: Callable[[Manifest], bool] | None = None,
+        waiting: Callable[[str], None] | None = None,
     ) -> Manifest | None:
         """The newest complete, verified checkpoint of (cell_id, key), or None.
 
@@ -1310,16 +1344,45 @@ class Store:
         files the cell read are unchanged, so an older checkpoint whose files match
         the disk again is found.
 
+        *waiting*, when given, lets a lookup that found nothing wait for another live
+        process's staged save of the same key (see :func:`pending.writing`), up to
+        :data:`PEER_SAVE_WAIT` seconds; it is called once, with what is waited for.
+
         Manifests that cannot be trusted or read are skipped in favour of an
         older good one; when there is none, the error of the newest bad one is
         raised (:class:`Untrusted`, :class:`FormatTooNew`, :class:`ManifestError`)
         so the caller can say why the cell executes again.
+
+        >>> store.find("train", key) is None  # doctest: +SKIP
+        False
         """
         _check_cell_id(cell_id)
         _check_key(key)
         # read our own writes: a save of this key still being written is waited for
         background.barrier(self.root, key=(cell_id, key), callbacks=False)
         self._settle_pending()
+        found = self._find(cell_id, key, accept)
+        if found is not None or waiting is None or not self._pending_live:
+            return found
+        writers = pending.writing(self, cell_id, key, self._pending_live)
+        if not writers:
+            return found
+        waiting(
+            f"waiting for process {', '.join(map(str, writers))} to finish saving this "
+            f"cell (up to {PEER_SAVE_WAIT:.0f} s)"
+        )
+        deadline = time.monotonic() + PEER_SAVE_WAIT
+        while writers and time.monotonic() < deadline:
+            time.sleep(0.05)
+            writers = pending.writing(self, cell_id, key)
+        self._pending_seen = None  # (scan again now: the writer's record has just gone)
+        self._settle_pending()
+        return self._find(cell_id, key, accept)
+
+    def _find(
+        self, cell_id: str, key: str, accept: Callable[[Manifest], bool] | None
+    ) -> Manifest | None:
+        """:meth:`find` once, without waiting for anyone."""
         problem: StoreError | None = None
         good: list[Manifest] = []
         bad: list[PurePath] = []
@@ -1850,3 +1913,21 @@ class Store:
         return retention.collect(
             self, keep_last=keep_last, max_size=max_size, grace=grace, timeout=timeout
         )
+
+
+class _Sweeping:
+    """Around a load of *m*: a corrupt blob sends the checkpoint's other blobs to be checked
+    (:meth:`Store._sweep`) before the error goes on.  (A class: a hit enters it twice.)"""
+
+    __slots__ = ("_m", "_store")
+
+    def __init__(self, store: Store, m: Manifest) -> None:
+        self._store = store
+        self._m = m
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        if kind is not None and issubclass(kind, CorruptBlob):
+            self._store._sweep(self._m)

@@ -52,6 +52,9 @@ from ipy_resume.store import Store, background, fsio
 KEY = bytes(range(32))
 SHARED = np.zeros(8_192)  # a 64 KB array every few saves reuse: the dedup path
 OPS = ("_open", "_write", "_fsync", "_replace", "_link", "_mkdir", "_unlink", "_rmdir")
+# the background writer's steps the test requires killed before and after each
+BACKGROUND_STEPS = ("write", "fsync", "replace", "link")
+BACKGROUND_TOP_UPS = 4  # extra background cycles at most, when the budget missed a step
 
 
 def values_for(seed: int) -> dict[str, Any]:
@@ -197,6 +200,7 @@ class Fuzzer:
     def __init__(self, root: Path, seed: int) -> None:
         self.root = root
         self.rng = random.Random(seed)
+        self.attempt = 0  # hook-kill attempts so far (each on fresh seeds)
         self.store = Store(root, key=KEY)
         self.next_seed = 1 << 30  # random-instant kills: far from the hook kills' seeds
         self.checked: set[str] = set()
@@ -253,6 +257,43 @@ class Fuzzer:
             self.counts["writer_errors"] += 1
             self.fail(f"writer exited with {os.WEXITSTATUS(status)} (hook {hook})")
         return killed, log.read_text().splitlines()
+
+    def hook_cycle(self, cycle: int, gc: bool, bg: bool, budget: int | None) -> None:
+        """Kill two saves (and a gc, when *gc*) before and after each operation in turn,
+        through the background writer when *bg*, until one survives (or *budget* kills)."""
+        target = 1
+        while budget is None or self.counts["hook_kills"] < budget:
+            survived = True
+            for phase in ("before", "after"):
+                # Fresh seeds with the same residues mod 3, 4 and 5: the same cells and
+                # kinds of value as the rest of this cycle but new content, so every
+                # attempt makes the same sequence of operations (nothing is deduplicated
+                # against what the previous, killed attempt left behind).
+                self.attempt += 1
+                first = 60 * self.attempt + 2 * cycle % 60
+                seeds = [first, first + 1]
+                killed, lines = self.run_child(seeds, (target, phase), gc, None, bg)
+                if killed:
+                    survived = False
+                    self.counts["hook_kills"] += 1
+                    self.counts["kills"] += 1
+                    self.counts["background_kills"] += bg
+                self.check(lines, full=self.counts["kills"] % 10 == 0, bg=bg)
+                if self.attempt % 30 == 0:
+                    self.retain()
+            if survived:
+                break  # past the last operation of this cycle
+            target += 1
+
+    def missing_background_points(self) -> list[str]:
+        """The writer's steps not yet killed before and after (see :data:`BACKGROUND_STEPS`)."""
+        points = self.counts["background_kill_points"]
+        return [
+            f"{op} {phase}"
+            for op in BACKGROUND_STEPS
+            for phase in ("before", "after")
+            if not points.get(f"{op} {phase}")
+        ]
 
     def check(self, lines: list[str], full: bool, bg: bool = False) -> None:
         store = Store(self.root, key=KEY)  # fresh: nothing cached from before the kill
@@ -325,36 +366,21 @@ class Fuzzer:
         hook_budget = kills - int(kills * timer_share)
         cycle = 0
         # 1. every operation of two saves (and of a gc every third cycle), before and after
-        attempt = 0
         while self.counts["hook_kills"] < hook_budget:
-            gc = cycle % 3 == 1
-            bg = cycle % 2 == 0  # every other cycle through the background writer
-            target = 1
-            while self.counts["hook_kills"] < hook_budget:
-                survived = True
-                for phase in ("before", "after"):
-                    # Fresh seeds with the same residues mod 3, 4 and 5: the same cells and
-                    # kinds of value as the rest of this cycle but new content, so every
-                    # attempt makes the same sequence of operations (nothing is deduplicated
-                    # against what the previous, killed attempt left behind).
-                    attempt += 1
-                    first = 60 * attempt + 2 * cycle % 60
-                    seeds = [first, first + 1]
-                    killed, lines = self.run_child(seeds, (target, phase), gc, None, bg)
-                    if killed:
-                        survived = False
-                        self.counts["hook_kills"] += 1
-                        self.counts["kills"] += 1
-                        self.counts["background_kills"] += bg
-                    self.check(lines, full=self.counts["kills"] % 10 == 0, bg=bg)
-                    if attempt % 30 == 0:
-                        self.retain()
-                if survived:
-                    break  # past the last operation of this cycle
-                target += 1
+            self.hook_cycle(cycle, gc=cycle % 3 == 1, bg=cycle % 2 == 0, budget=hook_budget)
             cycle += 1
-        # 2. random instants
-        while self.counts["kills"] < kills:
+        # The writer thread's steps interleave with the saving thread's, so which of them a
+        # numbered kill lands on depends on scheduling: on a loaded machine the budget can
+        # run out before a step was hit.  More background cycles, until each step was killed
+        # before and after (a few at most).
+        for _ in range(BACKGROUND_TOP_UPS):
+            if not self.missing_background_points():
+                break
+            self.hook_cycle(cycle, gc=False, bg=True, budget=None)
+            cycle += 1
+        # 2. random instants: their whole share, also when top-ups took the total past *kills*
+        timer_budget = kills - hook_budget
+        while self.counts["kills"] < kills or self.counts["timer_kills"] < timer_budget:
             bg = self.counts["timer_kills"] % 2 == 1
             killed, lines = self.run_child(
                 self.seeds(200), None, False, self.rng.uniform(0.0, 0.08), bg
