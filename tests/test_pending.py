@@ -268,6 +268,45 @@ def test_the_scan_before_a_read_skips_this_processs_own_records_unread(
     snap.release()
 
 
+def test_this_processs_own_saves_coming_and_going_do_not_rescan_pending_at_every_read(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of small cells outpaces the writer: its own records change pending/ at
+    every save.  Those changes are scanned at most every OWN_CHURN_RESCAN seconds, and a
+    dead process's save that appears meanwhile is still finished within that bound."""
+    from ipy_resume.store import store as store_module
+
+    # (long enough that the loop below stays within it on a slow machine)
+    monkeypatch.setattr(store_module, "OWN_CHURN_RESCAN", 0.9)
+    root = isolated / "store"
+    store = Store(root)
+    own = store.snapshot("c", KEY, {"a": [1.0, 2.0]})
+    own.stage()
+    assert pending.own_in_flight()
+    scans = spy(monkeypatch, pending, "recover")
+    assert store.find("c", "0" * 32) is None
+    assert len(scans) == 1
+    for i in range(5):  # more own records: the folder changes, no scan
+        more = store.snapshot(f"m{i}", KEY, {"b": [float(i)]})
+        more.stage()
+        assert store.find("c", "0" * 32) is None
+    assert len(scans) == 1
+    # another process's save, staged by a process that then died
+    stage_and_die(root, "{'z': [7.0, 8.0]}", cell="dead")
+    started = time.monotonic()
+    found = None
+    while found is None and time.monotonic() - started < 5:
+        found = store.find("dead", KEY)
+    assert found is not None
+    assert time.monotonic() - started < store_module.OWN_CHURN_RESCAN + 1.0
+    assert len(scans) == 2
+    # a scan that saw another process's record rescans at the next change
+    stage_and_die(root, "{'y': [1.0]}", cell="dead2")
+    assert store.find("dead2", KEY) is not None
+    assert len(scans) == 3
+    own.release()
+
+
 def test_a_staged_manifest_is_published_as_signed_unless_its_bytes_written_changed(
     isolated: Path,
 ) -> None:

@@ -326,21 +326,27 @@ def pending(root: str | os.PathLike[str] | None = None) -> list[Job]:
         jobs = list(_writer.jobs)
     if root is None or not jobs:
         return jobs
-    where = _resolved(root)  # (the same object as the jobs' roots: compared by identity first)
-    return [job for job in jobs if job.root is where or job.root == where]
+    where = _resolved(root)  # (one object per folder, as the jobs' roots: see _resolved)
+    return [job for job in jobs if job.root is where]
 
 
 _roots: dict[str, Path] = {}
+_canonical: dict[Path, Path] = {}  # never cleared: a job's root stays the one object
 
 
 def _resolved(root: str | os.PathLike[str]) -> Path:
     """*root* resolved, remembered by its spelling: resolving stats every folder of the
     path, and every cell asks several times.  Jobs and waits only need one answer per
-    spelling (a symlink re-pointed under a live kernel keeps grouping by the first)."""
+    spelling (a symlink re-pointed under a live kernel keeps grouping by the first).
+
+    Equal folders resolve to one and the same object, so jobs are matched by identity: a
+    writer a hundred saves behind makes every lookup go through all its jobs.
+    """
     spelled = os.fspath(root)
     found = _roots.get(spelled)
     if found is None:
-        found = Path(spelled).resolve()
+        resolved = Path(spelled).resolve()
+        found = _canonical.setdefault(resolved, resolved)
         if len(_roots) >= 256:
             _roots.clear()
         _roots[spelled] = found

@@ -265,6 +265,15 @@ def _is_mine(path: str) -> bool:
         return same
 
 
+def own_in_flight() -> bool:
+    """Whether this process has commit records of its own still on their way.
+
+    >>> own_in_flight()  # doctest: +SKIP
+    False
+    """
+    return bool(_mine)
+
+
 def write_record(path: Path, data: bytes) -> Path:
     """Make a commit record visible at *path* (atomically, not durably).
 
@@ -333,6 +342,7 @@ class Recovered:
     finished: list[str]
     abandoned: dict[str, str]
     live: list[str] = field(default_factory=list)  # other live writers' records (files)
+    others: int = 0  # records of other processes seen (whatever became of them)
 
 
 def recover(store: Store) -> Recovered:
@@ -354,6 +364,7 @@ def recover(store: Store) -> Recovered:
     for where in backend.local_names(keys):
         if _is_mine(where):
             continue  # this process's own save, still on its way: a live writer's
+        done.others += 1
         path = Path(where)
         doc = _load(path)
         if doc is None and not os.path.lexists(path):

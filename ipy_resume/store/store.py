@@ -80,6 +80,9 @@ EXTRA_PREFIX = "extra:"
 PEER_SAVE_WAIT = 120.0
 """Seconds a lookup waits for another live process's staged save of the same key
 (a large save's bytes going to disk while its kernel restarts, say)."""
+OWN_CHURN_RESCAN = 0.1
+"""While this process's own saves are in flight, seconds between scans of ``pending/``
+when the last scan found no other process's record (see :meth:`Store._settle_pending`)."""
 
 _KEY = re.compile(r"[0-9A-Za-z_-]{1,200}")
 # Below this many bytes in all, reading a checkpoint's blobs two at a time gains nothing.
@@ -618,6 +621,7 @@ class Store:
         # the engine says each once, so a lost save is never silent
         self.abandoned: dict[str, str] = {}
         self._pending_live: list[str] = []  # other live writers' records, as last scanned
+        self._pending_others = True  # the last scan found another process's record
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.location)!r})"
@@ -1062,7 +1066,14 @@ class Store:
         """Before reading: finish the staged saves of kernels that died (see pending.py).
 
         One ``stat`` when nothing changed: the folder is scanned again when an entry was
-        added or removed, or every second while a live writer's records remain.
+        added or removed, or every second while a live writer's records remain.  While
+        this process's own saves come and go (a run of small cells outpaces the writer,
+        and the folder holds a hundred of its records), their changes are not taken for
+        another process's: the folder is scanned at most every :data:`OWN_CHURN_RESCAN`
+        seconds while the last scan found no other process's record.  What that delays
+        is bounded by it: a dead kernel's save finished, or a live one's waited for, a
+        tenth of a second later (a cell executes where it could have waited; never a
+        stale restore).
         """
         try:
             seen = self.backend.identity(pending.FOLDER)
@@ -1071,12 +1082,17 @@ class Store:
         if seen is None:
             return  # (nothing is staged where saves are not: a bucket)
         now = time.monotonic()
-        if seen[0] == self._pending_seen and now - self._pending_checked < 1.0:
+        since = now - self._pending_checked
+        if since < 1.0 and (
+            seen[0] == self._pending_seen
+            or (since < OWN_CHURN_RESCAN and not self._pending_others and pending.own_in_flight())
+        ):
             return
         self._pending_checked = now
         done = pending.recover(self)
         self.abandoned.update(done.abandoned)
         self._pending_live = done.live
+        self._pending_others = bool(done.live or done.finished or done.abandoned or done.others)
         with contextlib.suppress(OSError):
             seen = self.backend.identity(pending.FOLDER) or seen
         self._pending_seen = seen[0]
