@@ -286,9 +286,10 @@ def test_this_processs_own_saves_coming_and_going_do_not_rescan_pending_at_every
     scans = spy(monkeypatch, pending, "recover")
     assert store.find("c", "0" * 32) is None
     assert len(scans) == 1
+    staged = [own]
     for i in range(5):  # more own records: the folder changes, no scan
-        more = store.snapshot(f"m{i}", KEY, {"b": [float(i)]})
-        more.stage()
+        staged.append(store.snapshot(f"m{i}", KEY, {"b": [float(i)]}))
+        staged[-1].stage()
         assert store.find("c", "0" * 32) is None
     assert len(scans) == 1
     # another process's save, staged by a process that then died
@@ -304,7 +305,9 @@ def test_this_processs_own_saves_coming_and_going_do_not_rescan_pending_at_every
     stage_and_die(root, "{'y': [1.0]}", cell="dead2")
     assert store.find("dead2", KEY) is not None
     assert len(scans) == 3
-    own.release()
+    for snap in staged:  # (committed: this worker has no records of its own left over)
+        snap.commit()
+    assert pending.records(root) == []
 
 
 def test_a_staged_manifest_is_published_as_signed_unless_its_bytes_written_changed(
