@@ -151,7 +151,7 @@ _own = _OwnBlobs()
 
 
 def forget_own_blobs() -> None:
-    """Forget the small blobs this process wrote (tests; a process reading only its files).
+    """Forget the small blobs this process wrote: later loads read their files.
 
     >>> forget_own_blobs()
     """

@@ -1092,7 +1092,7 @@ class Store:
         done = pending.recover(self)
         self.abandoned.update(done.abandoned)
         self._pending_live = done.live
-        self._pending_others = bool(done.live or done.finished or done.abandoned or done.others)
+        self._pending_others = done.others > 0
         with contextlib.suppress(OSError):
             seen = self.backend.identity(pending.FOLDER) or seen
         self._pending_seen = seen[0]
