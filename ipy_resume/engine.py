@@ -177,7 +177,7 @@ class _Ran:
 
     result: RunResult
     duration: float
-    before: set[str]  # the names bound before the run
+    before: set[str]  # the names the cell binds that were bound before the run
     settings_before: dict[str, Any]
     reached: dict[str, bytes]  # see _reached_state
     rng_state: dict[str, Any]
@@ -806,8 +806,10 @@ class Engine:
         comparison after."""
         __tracebackhide__ = True
         assert plan.key is not None
-        before = set(namespace)
         assert plan.analysis is not None
+        # (only whether an output was bound before matters: it is deleted if gone after;
+        # a set of the whole namespace, with IPython's entry per cell run, cost more)
+        before = {name for name in plan.analysis.outputs if name in namespace}
         starred = None
         if plan.analysis.star_import:
             starred = dict(namespace)  # (holding the values: no address is reused meanwhile)

@@ -40,6 +40,8 @@ def seed_all(seed: int) -> None:
     True
     """
     random.seed(seed)
+    global _python_seeded
+    _python_seeded = (seed, random.getstate())  # (what snapshot compares with: cheaper here)
     np.random.seed(seed % _NUMPY_SEED_MODULUS)
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -61,17 +63,30 @@ def snapshot(seeded: int | None = None) -> dict[str, Any]:
     >>> state = snapshot(); x = random.random(); restore(state); x == random.random()
     True
     """
-    numpy_state = np.random.get_state(legacy=False)
+    fresh = None if seeded is None else _numpy_state_if_fresh(seeded % _NUMPY_SEED_MODULUS)
+    numpy_state = np.random.get_state(legacy=False) if fresh is None else fresh
     python_state = random.getstate()
     state: dict[str, Any] = {"python": _packed_python_state(python_state), "numpy": numpy_state}
-    if seeded is not None and python_state == random.Random(seeded).getstate():
+    if seeded is not None and python_state == _python_state_after(seeded):
         state["python_seed"] = seeded
-    if seeded is not None and _freshly_seeded(numpy_state, seeded % _NUMPY_SEED_MODULUS):
+    if seeded is not None and (
+        fresh is not None or _freshly_seeded(numpy_state, seeded % _NUMPY_SEED_MODULUS)
+    ):
         state["numpy_seed"] = seeded % _NUMPY_SEED_MODULUS
     torch = sys.modules.get("torch")
     if torch is not None:
         state["torch"] = torch.get_rng_state().numpy().copy()
     return state
+
+
+_python_seeded: tuple[int, tuple[Any, ...]] | None = None  # (seed, state) of seed_all's
+
+
+def _python_state_after(seed: int) -> tuple[Any, ...]:
+    """The state ``random.seed(seed)`` gives (kept by :func:`seed_all` for its last seed)."""
+    if _python_seeded is not None and _python_seeded[0] == seed:
+        return _python_seeded[1]
+    return random.Random(seed).getstate()
 
 
 def _packed_python_state(state: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -101,6 +116,42 @@ def _seed_words(seed: int, count: int) -> list[int]:
         prev = words[-1]
         words.append((1812433253 * (prev ^ (prev >> 30)) + i) & 0xFFFFFFFF)
     return words
+
+
+_MT_WORDS = 624
+_MT_STATE_BYTES = _MT_WORDS * 4 + 4  # numpy's mt19937_state: uint32 key[624]; int pos
+
+
+def _numpy_state_if_fresh(seed: int) -> dict[str, Any] | None:
+    """``np.random.get_state(legacy=False)`` when numpy's global generator is where
+    ``np.random.seed(seed)`` left it, else None (then ask numpy).
+
+    numpy builds that state word by word (30 us, a tenth of a small cell's miss); the
+    generator's own memory, read through its documented ``ctypes`` interface, says in
+    two microseconds whether nothing was drawn since the seed, and is the state then:
+    the key as seeded, position 624, no Gaussian in hand (seeding drops it, and no draw
+    happened since).
+    """
+    try:
+        bit_generator = np.random.mtrand._rand._bit_generator
+        if type(bit_generator).__name__ != "MT19937":
+            return None
+        import ctypes
+
+        raw = ctypes.string_at(bit_generator.ctypes.state_address, _MT_STATE_BYTES)
+    except Exception:  # (another numpy's layout: numpy's own answer is always right)
+        return None
+    key = np.frombuffer(raw, dtype=np.uint32, count=_MT_WORDS)
+    if int.from_bytes(raw[-4:], sys.byteorder, signed=True) != _MT_WORDS:
+        return None
+    if [int(k) for k in key[:8]] != _seed_words(seed, 8):
+        return None
+    return {
+        "bit_generator": "MT19937",
+        "state": {"key": key.copy(), "pos": _MT_WORDS},
+        "has_gauss": 0,
+        "gauss": 0.0,
+    }
 
 
 def _freshly_seeded(state: Any, seed: int) -> bool:

@@ -379,6 +379,23 @@ def test_line_magic_list_and_show(
         shell.run_line_magic("checkpoint", "show nothing-like-this")
 
 
+def test_the_magic_line_expands_variables_as_ipython_does(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (ipy_resume expands the line itself, and only when it has "$", "{" or "}")
+    shell.user_ns.update(lr=0.5, tag="sweep")
+    run(shell, "%%checkpoint train_{lr * 2} --salt $tag\nw = lr")
+    run(shell, "%%checkpoint train_1.0 --salt sweep\nw = lr")
+    err = capsys.readouterr().err
+    assert "executed 'train_1.0'" in err and "restored 'train_1.0'" in err
+    # a literal brace pair that is not an expression is left as IPython leaves it
+    run(shell, "%%checkpoint plain --salt a}b\nv = 1")
+    assert "executed 'plain'" in capsys.readouterr().err
+    # and in a function, its locals count as in IPython's own expansion
+    run(shell, "def f():\n    n = 3\n    %checkpoint show train_{n - 2}.0\nf()")
+    assert "cell 'train_1.0'" in capsys.readouterr().out
+
+
 def test_unfingerprintable_input_always_executes(
     counted: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -512,3 +512,23 @@ def test_a_hit_loads_with_the_collector_off_and_leaves_it_as_it_was(
         assert seen == [("load", False), ("apply", False)] and not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345, 2**32 - 1, 2**40 + 7])
+def test_the_fresh_numpy_state_read_from_the_generator_is_numpys_own(seed: int) -> None:
+    rng.seed_all(seed)
+    expected = np.random.get_state(legacy=False)
+    state = rng._numpy_state_if_fresh(seed % 2**32)
+    assert state is not None
+    assert state["bit_generator"] == expected["bit_generator"]
+    assert state["state"]["pos"] == expected["state"]["pos"]
+    assert state["state"]["key"].dtype == expected["state"]["key"].dtype
+    assert (state["state"]["key"] == expected["state"]["key"]).all()
+    assert (state["has_gauss"], state["gauss"]) == (expected["has_gauss"], expected["gauss"])
+    np.random.set_state(state)  # numpy takes it back as its own
+    assert (np.random.get_state(legacy=False)["state"]["key"] == expected["state"]["key"]).all()
+    # anything drawn since, or another seed: not fresh
+    np.random.random()
+    assert rng._numpy_state_if_fresh(seed % 2**32) is None
+    rng.seed_all(seed + 1)
+    assert rng._numpy_state_if_fresh(seed % 2**32) is None
