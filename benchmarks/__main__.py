@@ -6,7 +6,8 @@ Workloads (sizes at ``--scale 1``; the issue's):
 2. the cell re-run after a one-element change of a 1 GiB input;
 3. a 1 GiB input with a tiny output: the cost of the key;
 4. a 10-million-row mixed-dtype DataFrame;
-5. 200 small ``%%checkpoint`` cells: overhead per miss and per hit;
+5. 200 small ``%%checkpoint`` cells: overhead per miss and per hit (the hits once the misses
+   are durable);
 6. "Run all" after a restart of a 10-cell notebook with ~3 GB of state (fresh processes);
 7. 20 checkpoints of a slowly changing 500 MB state: bytes on disk vs live bytes.
 8. the corpus of realistic notebooks (``tests/corpus/``): first wrapped run and restored

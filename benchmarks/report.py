@@ -127,6 +127,11 @@ def targets(samples: Samples) -> list[Target]:
             10.0,
         ),
         t_abs(
+            "W5 wait after the last miss until every miss is durable, per miss (ms)",
+            1000 * m("5", "ipy_resume", "durable_wait_per_miss_s"),
+            10.0,  # (a writer that commits at least 100 small saves a second)
+        ),
+        t_abs(
             "W5 small-cell overhead per hit (ms)",
             1000 * m("5", "ipy_resume", "hit_overhead_s"),
             3.0,
