@@ -22,6 +22,7 @@ import os
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -147,12 +148,12 @@ def tee_streams(record: OutputRecord, descriptors: bool | None = None) -> Iterat
     saved = sys.stdout, sys.stderr
     outermost = not _live
     _live.append(saved)
-    fd_tees: list[_FdTee] = []
+    fd_tees: list[_FdPipe] = []
     if outermost:
         for fd, name, stream in ((1, "stdout", saved[0]), (2, "stderr", saved[1])):
             wanted = _kernel_like(stream, fd) if descriptors is None else descriptors
             if wanted:
-                tee = _FdTee.start(fd, name, record)
+                tee = _FdPipe.attach(fd, name, record)
                 if tee is not None:
                     fd_tees.append(tee)
     sys.stdout = StreamTee(saved[0], "stdout", record)
@@ -219,24 +220,24 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class _Reader:
-    """The one thread that drains every descriptor tee's pipe, started once per process.
+    """The one thread that drains every descriptor pipe, started once per process.
 
-    A thread per descriptor and cell cost two thread starts and joins per executed cell
-    (about a third of a millisecond); this one waits in ``poll`` for the pipes it is given.
+    It waits in ``poll`` for the pipes it is given; a pipe stays with it until every
+    writer has closed it (see :class:`_FdPipe`).
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.added: list[_FdTee] = []  # tees the thread has not taken over yet
+        self.added: list[_FdPipe] = []  # pipes the thread has not taken over yet
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
         self.pid = os.getpid()
         self.thread = threading.Thread(target=self._run, name="ipy_resume-fd", daemon=True)
         self.thread.start()
 
-    def add(self, tee: _FdTee) -> None:
+    def add(self, pipe: _FdPipe) -> None:
         with self.lock:
-            self.added.append(tee)
+            self.added.append(pipe)
         os.write(self.wake_write, b"+")
 
     def _run(self) -> None:
@@ -244,7 +245,7 @@ class _Reader:
 
         poller = select.poll()
         poller.register(self.wake_read, select.POLLIN)
-        active: dict[int, _FdTee] = {}
+        active: dict[int, _FdPipe] = {}
         while True:
             for fd, _events in poller.poll():
                 if fd == self.wake_read:
@@ -252,80 +253,98 @@ class _Reader:
                         os.read(self.wake_read, 4096)
                     with self.lock:
                         added, self.added = self.added, []
-                    for tee in added:
-                        active[tee.read_end] = tee
-                        poller.register(tee.read_end, select.POLLIN)
+                    for pipe in added:
+                        active[pipe.read_end] = pipe
+                        poller.register(pipe.read_end, select.POLLIN)
                     continue
-                tee = active[fd]
-                with tee.lock:  # (read and recorded as one step: see close_record)
+                pipe = active[fd]
+                with pipe.lock:  # (read and recorded as one step: see close_record)
                     try:
                         data = os.read(fd, 65536)
                     except OSError:
                         data = b""
                     if data:
-                        tee.feed(data)
+                        pipe.feed(data)
+                    pipe.read.notify_all()
                 if data:
                     continue
                 poller.unregister(fd)
                 del active[fd]
-                tee.finish()
+                pipe.finish()
 
 
 _reader: _Reader | None = None
 
 
 def _shared_reader() -> _Reader:
-    global _reader
+    global _reader, _pipes
     if _reader is None or _reader.pid != os.getpid():  # a forked child starts its own
         _reader = _Reader()
+        _pipes = {}  # (a parent's pipes are the parent's reader's)
     return _reader
 
 
-class _FdTee:
-    """Points descriptor *fd* into a pipe for a cell; the shared reader forwards and records."""
+class _FdPipe:
+    """A pipe that descriptor *fd* points into while a cell runs; the shared reader
+    forwards what comes out of it to where *fd* pointed before, and records it for the
+    cell that is running.
 
-    def __init__(self, fd: int, name: str, record: OutputRecord) -> None:
-        self.fd, self.name, self.record = fd, name, record
-        self.recording = True
+    One pipe per descriptor serves cell after cell while the descriptor keeps pointing
+    at the same place between cells (the kernel's own pipe): a cell then costs two
+    ``dup2`` calls per descriptor, where a pipe of its own cost a dozen system calls and
+    two wake-ups of the reader thread, a tenth of a small cell's miss.  What a process
+    the cell started writes after the cell has ended still reaches the user; it is
+    recorded only as the output of a later cell it writes during, as Jupyter shows it
+    there.
+    """
+
+    def __init__(self, fd: int, name: str) -> None:
+        self.fd, self.name = fd, name
+        self.record: OutputRecord | None = None  # the cell recording now
         self.forwarding = True
-        self.done = threading.Event()  # the pipe's last writer closed it, and all is read
         self.lock = threading.Lock()  # held by the reader from a read to its recording
+        self.read = threading.Condition(self.lock)  # notified after each read
         self.closed = False  # the reader read the end of the pipe and closed it
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         reader = _shared_reader()
+        info = os.fstat(fd)
+        self.target = (info.st_dev, info.st_ino)  # where fd points between cells
         opened: list[int] = []
         try:
-            self.restore_to = os.dup(fd)  # put back at the end
-            opened.append(self.restore_to)
-            self.forward_to = os.dup(fd)  # the reader's copy: it may outlive the cell
+            self.forward_to = os.dup(fd)  # the reader's copy, and what fd is put back to
             opened.append(self.forward_to)
-            self.read_end, write_end = os.pipe()
-            opened += [self.read_end, write_end]
+            self.read_end, self.write_end = os.pipe()
+            opened += [self.read_end, self.write_end]
+            with suppress(OSError, ImportError):
+                # Room for 1 MB before a writer waits for the reader (the kernel's own
+                # pipe holds 64 KB): C code that prints holding the GIL blocks later.
+                _set_pipe_size(self.write_end, _PIPE_BYTES)
+            info = os.fstat(self.write_end)
+            self.pipe = (info.st_dev, info.st_ino)
         except BaseException:
             for each in opened:
                 os.close(each)
             raise
-        with suppress(OSError, ImportError):
-            # Room for 1 MB before a writer waits for the reader (the kernel's own pipe
-            # holds 64 KB): C code that prints while holding the GIL blocks later, not sooner.
-            _set_pipe_size(write_end, _PIPE_BYTES)
-        try:
-            os.dup2(write_end, fd)
-            info = os.fstat(fd)
-            self.pipe = (info.st_dev, info.st_ino)
-        except BaseException:
-            for each in (self.restore_to, self.forward_to, self.read_end):
-                os.close(each)
-            raise
-        finally:
-            os.close(write_end)  # the reader now ends when the descriptor is put back
-        # Taken over by the reader now; until it polls the pipe, the pipe holds what comes.
         reader.add(self)
 
     @classmethod
-    def start(cls, fd: int, name: str, record: OutputRecord) -> _FdTee | None:
+    def attach(cls, fd: int, name: str, record: OutputRecord) -> _FdPipe | None:
+        """Point *fd* into its pipe (made now, or the one of earlier cells) for *record*."""
         try:
-            return cls(fd, name, record)
+            _shared_reader()  # (first: a forked child must not use its parent's pipes)
+            info = os.fstat(fd)
+            here = (info.st_dev, info.st_ino)
+            pipe = _pipes.get(fd)
+            if pipe is not None and (pipe.target != here or pipe.write_end < 0):
+                pipe.retire()  # fd points elsewhere now: a pipe for the new place
+                pipe = None
+            if pipe is None:
+                pipe = _pipes[fd] = cls(fd, name)
+            with pipe.lock:
+                pipe.record = record
+                pipe.decoder.reset()
+            os.dup2(pipe.write_end, fd)
+            return pipe
         except (OSError, RuntimeError):  # no such descriptor, out of descriptors or threads
             return None
 
@@ -336,12 +355,13 @@ class _FdTee:
                 _write_all(self.forward_to, data)
             except OSError:  # where it went is gone: keep recording
                 self.forwarding = False
-        with _record_lock:  # so nothing is appended once stop() has closed the record
-            if self.recording:
+        with _record_lock:  # so nothing is appended once close_record() has run
+            record = self.record
+            if record is not None:
                 try:
-                    self.record.add_stream(self.name, self.decoder.decode(data))
+                    record.add_stream(self.name, self.decoder.decode(data))
                 except Exception:  # keep forwarding: a full pipe would block the writer
-                    self.recording = False
+                    self.record = None
 
     def finish(self) -> None:
         """On the reader's thread: every writer closed the pipe and all of it was read."""
@@ -350,12 +370,15 @@ class _FdTee:
                 with suppress(OSError):
                     os.close(each)
             self.closed = True
-        self.done.set()
 
-    def stop(self) -> None:
-        """Put the descriptor back and record what was written to it during the cell."""
-        self.release()
-        self.close_record()
+    def retire(self) -> None:
+        """Give the pipe up: the reader closes it once every other writer has."""
+        if _pipes.get(self.fd) is self:
+            del _pipes[self.fd]
+        end, self.write_end = self.write_end, -1
+        if end >= 0:
+            with suppress(OSError):
+                os.close(end)
 
     def release(self) -> None:
         """Put the descriptor back (the reader drains the rest of the pipe meanwhile)."""
@@ -363,26 +386,28 @@ class _FdTee:
             info = os.fstat(self.fd)
             # a cell that pointed the descriptor elsewhere itself keeps its choice
             if (info.st_dev, info.st_ino) == self.pipe:
-                os.dup2(self.restore_to, self.fd)
+                os.dup2(self.forward_to, self.fd)
         except OSError:
-            pass
-        finally:
-            os.close(self.restore_to)
+            self.retire()
 
     def close_record(self) -> None:
-        """Wait for the reader to have read everything, then close the record."""
-        # The pipe's last writer is gone unless a child process inherited it: then the
-        # reader keeps forwarding its output, but the record closes now.  Nothing left in
-        # the pipe (and the reader not between a read and its recording) is everything:
-        # most cells write nothing below Python, and waiting for the reader thread to
-        # see the pipe's end was most of their descriptor tee's cost in a kernel.
-        if not self.done.is_set():
-            with self.lock:
-                drained = self.closed or _unread(self.read_end) == 0
-            if not drained:
-                self.done.wait(_DRAIN_S)
+        """Wait for the reader to have read everything written so far; close the record."""
+        # Nothing left in the pipe, and the reader not between a read and its recording,
+        # is everything the cell wrote.  Only a process the cell started that keeps
+        # writing can keep the pipe from emptying: then the record closes after a while.
+        deadline = None
+        with self.read:
+            while not self.closed and _unread(self.read_end) > 0:
+                now = time.monotonic()
+                deadline = now + _DRAIN_S if deadline is None else deadline
+                if now >= deadline:
+                    break
+                self.read.wait(deadline - now)
         with _record_lock:
-            self.recording = False
+            self.record = None
+
+
+_pipes: dict[int, _FdPipe] = {}
 
 
 def live_stderr() -> TextIO:

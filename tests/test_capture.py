@@ -27,7 +27,13 @@ def _inode(fd: int) -> tuple[int, int]:
 
 
 class FakeKernel:
-    """Descriptors 1 and 2 drained into ``shown`` by a thread, as a kernel's watcher does."""
+    """Descriptors 1 and 2 drained into ``shown`` by a thread, as a kernel's watcher does.
+
+    As ipykernel's, the watcher is stopped by a marker written to the pipe, not by the
+    pipe's end: ipy_resume keeps a copy of the kernel's descriptor between cells.
+    """
+
+    STOP = b"\0stop-watching\0"
 
     def __init__(self) -> None:
         self.shown = {1: bytearray(), 2: bytearray()}
@@ -46,16 +52,22 @@ class FakeKernel:
         return self
 
     def _drain(self, fd: int, read_end: int) -> None:
+        shown = self.shown[fd]
         while data := os.read(read_end, 65536):
-            self.shown[fd] += data
+            shown += data
+            if shown.endswith(self.STOP):
+                del shown[-len(self.STOP) :]
+                break
         os.close(read_end)
 
     def __exit__(self, *exc: object) -> None:
         for fd, saved in self.saved.items():
+            os.write(fd, self.STOP)
             os.dup2(saved, fd)
             os.close(saved)
         for thread in self.threads:
             thread.join(5)
+            assert not thread.is_alive(), "the fake kernel's watcher did not stop"
 
     def text(self, fd: int) -> str:
         return self.shown[fd].decode()
@@ -196,3 +208,42 @@ def test_what_a_short_cell_writes_last_is_never_lost() -> None:
     for i, record in enumerate(records):
         assert record.text("stdout") == (f"n{i}\n" if i % 2 else ""), i
     assert kernel.text(1) == "".join(f"n{i}\n" for i in range(1, 300, 2))
+
+
+def test_cells_share_one_pipe_per_descriptor_while_the_kernel_keeps_its_own() -> None:
+    # One pipe serves cell after cell (two dup2 calls a cell instead of a new pipe);
+    # a new kernel pipe, as after a restart of the streams, gets a pipe of its own.
+    seen = []
+    with kernel_streams() as kernel:
+        for i in range(3):
+            record = OutputRecord()
+            with tee_streams(record):
+                seen.append(_inode(1))
+                os.write(1, f"cell {i}\n".encode())
+            assert record.text("stdout") == f"cell {i}\n"
+    assert seen[0] == seen[1] == seen[2]
+    assert kernel.text(1) == "cell 0\ncell 1\ncell 2\n"
+    with kernel_streams() as other:
+        record = OutputRecord()
+        with tee_streams(record):
+            assert _inode(1) != seen[0]
+            os.write(1, b"after\n")
+    assert record.text("stdout") == "after\n"
+    assert other.text(1) == "after\n"
+
+
+def test_a_child_writing_after_its_cell_is_recorded_by_the_cell_it_writes_during() -> None:
+    with kernel_streams() as kernel:
+        first, second = OutputRecord(), OutputRecord()
+        with tee_streams(first):
+            child = subprocess.Popen(
+                ["sh", "-c", "echo early; sleep 0.5; echo between; sleep 1; echo during"]
+            )
+            time.sleep(0.2)
+        time.sleep(0.8)  # "between" comes while no cell runs: shown, not recorded
+        with tee_streams(second):
+            child.wait(timeout=10)
+        time.sleep(0.2)
+    assert first.text("stdout") == "early\n"
+    assert second.text("stdout") == "during\n"
+    assert kernel.text(1) == "early\nbetween\nduring\n"
