@@ -139,10 +139,13 @@ class Recorder:
         Taken when the cell has finished, so a file the cell read and then rewrote is
         recorded as the cell left it.
         """
+        read, listed = self.read, self.listed
+        if not read and not listed:
+            return {}  # (most cells read no file: not even the working directory is asked)
         base = base or os.getcwd()
         limit = hash_limit()
-        files = [file_identity(p, base, limit) for p in self.read if not os.path.isdir(p)]
-        folders = [dir_identity(p, base) for p in self.listed]
+        files = [file_identity(p, base, limit) for p in read if not os.path.isdir(p)]
+        folders = [dir_identity(p, base) for p in listed]
         return {"files": files, "dirs": folders} if files or folders else {}
 
     def outputs(self, base: str | None = None) -> list[str]:
@@ -151,9 +154,11 @@ class Recorder:
         A restore does not bring them back unless they are named with ``--files``; the
         engine says so when one is missing at a later hit.
         """
-        base = base or os.getcwd()
         with self._lock:
             written = sorted(self.written)
+        if not written:
+            return []
+        base = base or os.getcwd()
         return [_shown(p, base) for p in written if os.path.isfile(p)][:_OUTPUTS_KEPT]
 
 

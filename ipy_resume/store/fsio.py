@@ -31,10 +31,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from .unique import random_hex
 
 __all__ = [
     "TEMP_PREFIX",
@@ -268,7 +269,7 @@ def atomic_write(
     ...     f.write(b"hello")
     """
     target = Path(path)
-    temp = target.with_name(f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(6)}")
+    temp = temp_name(target)
     fd = _open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_BINARY, mode)
     closed = False
     try:
@@ -301,7 +302,7 @@ def temp_name(path: str | os.PathLike[str]) -> Path:
     True
     """
     target = Path(path)
-    return target.with_name(f"{TEMP_PREFIX}{target.name}-{secrets.token_hex(6)}")
+    return target.with_name(f"{TEMP_PREFIX}{target.name}-{random_hex(6)}")
 
 
 def stage(path: str | os.PathLike[str], chunks: Any, temp: Path | None = None) -> Path:

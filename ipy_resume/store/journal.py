@@ -45,6 +45,7 @@ from typing import Any
 
 from .backend import Backend, LocalBackend
 from .manifest import Manifest, order_key
+from .unique import random_bits
 
 JOURNAL_FILE = "journal.sqlite"
 # failed = executed but could not be saved; uncached = executed without a key (see detail);
@@ -90,7 +91,7 @@ def _uuid4_hex() -> str:
     >>> h = _uuid4_hex(); len(h), h[12], h[16] in "89ab", uuid.UUID(h).version
     (32, '4', True, 4)
     """
-    raw = bytearray(os.urandom(16))
+    raw = bytearray(random_bits(128).to_bytes(16, "little"))
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
     return raw.hex()

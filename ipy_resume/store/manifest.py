@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import re
-import secrets
 import shlex
 import threading
 import time
@@ -32,6 +31,7 @@ from typing import Any
 
 from ipy_resume.store import blobs, signing
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, Untrusted
+from ipy_resume.store.unique import random_bits
 
 __all__ = [
     "FORMAT_VERSION",
@@ -109,7 +109,7 @@ def new_checkpoint_id() -> str:
     >>> len(new_checkpoint_id()), new_checkpoint_id() != new_checkpoint_id()
     (16, True)
     """
-    return f"{secrets.randbits(64):016x}"
+    return f"{random_bits(64):016x}"
 
 
 def valid_id(text: str) -> bool:

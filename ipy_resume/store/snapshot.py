@@ -255,11 +255,15 @@ class Snapshot:
             writer.deferred = [(address, [data], size) for address, data, size in own]
             self.manifest.bytes_written = sum(size for _a, _d, size in own)
             record_key = pending.record_key(self.manifest.id)
-            backend.make_parents(record_key, dirs=self.new_dirs)
             data = manifest.encode(self.manifest, store.key)
             self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
             record = pending.record_bytes(data, [], inline=[(a, d) for a, d, _s in own])
-            self.record = pending.write_record(backend.local_path(record_key), record)
+            path = backend.local_path(record_key)
+            try:  # (pending/ is there but for a store's first save: no stat to ask)
+                self.record = pending.write_record(path, record)
+            except FileNotFoundError:
+                backend.make_parents(record_key, dirs=self.new_dirs)
+                self.record = pending.write_record(path, record)
         except BaseException as exc:
             self.abandon()
             if isinstance(exc, OSError):
