@@ -118,6 +118,10 @@ class Job:
     event: threading.Event = field(default_factory=threading.Event)
     reported: bool = False
     held: int = 0  # bytes it counts against the budget (the snapshot's size when submitted)
+    # hands the callbacks over between attach() and _finish(): a lock of the job's own,
+    # which the writer holds only while it finishes this job (the writer's mutex is
+    # held for any job's bookkeeping, and a cell that waited for it lost the interpreter)
+    handover: threading.Lock = field(default_factory=threading.Lock)
     root: Path = field(init=False)
     key: tuple[str, str] = field(init=False)  # (cell id, key) of the checkpoint
 
@@ -190,11 +194,12 @@ def _finish(job: Job) -> None:
     else:  # nothing of it was committed: its staged files must not be finished later
         job.snapshot.abandon()
     with _writer.mutex:
-        job.finished = time.perf_counter()
         # (what submit counted: the snapshot's size is that of the blobs it still holds,
         # none once they were staged to files)
         _writer.held -= job.held
         job.held = 0
+    with job.handover:
+        job.finished = time.perf_counter()
         notify = job.notify
     if notify is not None:
         with contextlib.suppress(Exception):  # a closed stream must not stop the writer
@@ -214,7 +219,7 @@ def attach(
 
     >>> attach(job, done=record_event, notify=print_line)  # doctest: +SKIP
     """
-    with _writer.mutex:
+    with job.handover:
         job.done, job.notify = done, notify
         finished = job.finished is not None
     if finished and notify is not None:
@@ -322,8 +327,7 @@ def pending(root: str | os.PathLike[str] | None = None) -> list[Job]:
     """Jobs submitted and not yet drained (of the store at *root*, or all), oldest first."""
     if not _writer.jobs:  # (every cell asks: most of the time there are none)
         return []
-    with _writer.mutex:
-        jobs = list(_writer.jobs)
+    jobs = list(_writer.jobs)  # (one copy under the interpreter lock: no mutex to wait for)
     if root is None or not jobs:
         return jobs
     where = _resolved(root)  # (one object per folder, as the jobs' roots: see _resolved)
