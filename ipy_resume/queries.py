@@ -65,6 +65,9 @@ class Timeline:
         >>> Timeline.of(Store("/tmp/doc-store")).stats()["sessions"]  # doctest: +SKIP
         0
         """
+        # A kernel killed right after its last cell leaves that cell's save staged: it is
+        # finished, with its event, before the timeline is read (%resume restores it).
+        store.settle_pending()
         return cls(store.location, store, store.journal())
 
     @classmethod

@@ -117,6 +117,20 @@ def test_reading_the_timeline_first_finishes_a_dead_kernels_save_without_a_deadl
     assert event.detail == RECOVERED  # (the recovered event took the rebuilt one's place)
 
 
+def test_the_timeline_read_first_has_the_dead_kernels_last_save(isolated: Path) -> None:
+    # What %resume reads first in a new kernel: the journal exists already (the dead
+    # kernel's earlier cells wrote it), and the last cell's save is still staged.
+    from ipy_resume.queries import Timeline
+
+    root = isolated / "store"
+    Store(root).save("before", KEY, {"x": 1})
+    assert [e.cell_id for e in Store(root).journal().events()] == ["before"]
+    stage_and_die(root, "{'xs': [1, 2, 3]}", cell="last")
+    latest = Timeline.of(Store(root)).latest_session_event()
+    assert latest is not None and latest.cell_id == "last"
+    assert latest.detail == RECOVERED and pending.records(root) == []
+
+
 def test_a_small_save_is_staged_as_its_record_alone_and_finished_from_it(isolated: Path) -> None:
     root = isolated / "store"
     stage_and_die(root, "{'xs': [float(i) for i in range(100)], 'a': np.arange(8.0)}")

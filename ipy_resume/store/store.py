@@ -1062,6 +1062,14 @@ class Store:
             raise FileExistsError(errno.EEXIST, "published already", key)
         m.path = self.path_of(key)
 
+    def settle_pending(self) -> None:
+        """Finish the staged saves of kernels that died, and add their timeline events,
+        as every read of checkpoints does first: for readers of the timeline alone.
+
+        >>> Store("/tmp/doc-store").settle_pending()  # doctest: +SKIP
+        """
+        self._settle_pending()
+
     def _settle_pending(self) -> None:
         """Before reading: finish the staged saves of kernels that died (see pending.py).
 
