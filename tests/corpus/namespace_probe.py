@@ -109,9 +109,10 @@ def _by_reference(item: Any) -> bool:
 
 
 def plot_object(value: Any) -> bool:
-    """matplotlib figures, axes, artists and containers, seaborn grids."""
+    """matplotlib figures, axes, artists and containers (``mpl_toolkits``' 3D axes too:
+    they ship with matplotlib and pickle as its own do), seaborn grids."""
     module = type(value).__module__ or ""
-    return module.startswith("matplotlib") or module.startswith("seaborn.axisgrid")
+    return module.startswith(("matplotlib", "mpl_toolkits", "seaborn.axisgrid"))
 
 
 def left_out(value: Any) -> str | None:
