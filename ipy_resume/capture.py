@@ -151,9 +151,9 @@ def tee_streams(record: OutputRecord, descriptors: bool | None = None) -> Iterat
     fd_tees: list[_FdPipe] = []
     if outermost:
         for fd, name, stream in ((1, "stdout", saved[0]), (2, "stderr", saved[1])):
-            wanted = _kernel_like(stream, fd) if descriptors is None else descriptors
-            if wanted:
-                tee = _FdPipe.attach(fd, name, record)
+            info = _kernel_pipe(stream, fd) if descriptors is None else None
+            if info is not None or descriptors:
+                tee = _FdPipe.attach(fd, name, record, info)
                 if tee is not None:
                     fd_tees.append(tee)
     sys.stdout = StreamTee(saved[0], "stdout", record)
@@ -176,8 +176,9 @@ def tee_streams(record: OutputRecord, descriptors: bool | None = None) -> Iterat
                 tee.close_record()
 
 
-def _kernel_like(stream: Any, fd: int) -> bool:
-    """True when descriptor *fd* is a pipe and *stream* is not that descriptor.
+def _kernel_pipe(stream: Any, fd: int) -> os.stat_result | None:
+    """The status of descriptor *fd* when it is a pipe and *stream* is not that descriptor
+    (else None).
 
     That is how a Jupyter kernel shows what C code prints: it points the descriptor into
     a pipe and a thread of its own reads it.  Anywhere else (a terminal, a file, a test's
@@ -186,13 +187,14 @@ def _kernel_like(stream: Any, fd: int) -> bool:
     """
     try:
         if stream.fileno() == fd:
-            return False
+            return None
     except Exception:  # a kernel's stream has no descriptor of its own
         pass
     try:
-        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+        info = os.fstat(fd)
     except OSError:
-        return False
+        return None
+    return info if stat.S_ISFIFO(info.st_mode) else None
 
 
 @functools.cache
@@ -328,11 +330,14 @@ class _FdPipe:
         reader.add(self)
 
     @classmethod
-    def attach(cls, fd: int, name: str, record: OutputRecord) -> _FdPipe | None:
-        """Point *fd* into its pipe (made now, or the one of earlier cells) for *record*."""
+    def attach(
+        cls, fd: int, name: str, record: OutputRecord, info: os.stat_result | None = None
+    ) -> _FdPipe | None:
+        """Point *fd* into its pipe (made now, or the one of earlier cells) for *record*;
+        *info*, the status of *fd* when the caller has just asked for it."""
         try:
             _shared_reader()  # (first: a forked child must not use its parent's pipes)
-            info = os.fstat(fd)
+            info = os.fstat(fd) if info is None else info
             here = (info.st_dev, info.st_ino)
             pipe = _pipes.get(fd)
             if pipe is not None and (pipe.target != here or pipe.write_end < 0):
