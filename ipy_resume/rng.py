@@ -130,7 +130,9 @@ def _numpy_state_if_fresh(seed: int) -> dict[str, Any] | None:
     generator's own memory, read through its documented ``ctypes`` interface, says in
     two microseconds whether nothing was drawn since the seed, and is the state then:
     the key as seeded, position 624, no Gaussian in hand (seeding drops it, and no draw
-    happened since).
+    happened since).  The one state it cannot tell apart is one a cell sets itself with
+    ``np.random.set_state``: the seeded key at position 624 *with* a Gaussian in hand
+    (the Gaussian is kept outside the generator's memory), restored without it.
     """
     try:
         bit_generator = np.random.mtrand._rand._bit_generator
