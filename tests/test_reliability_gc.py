@@ -379,3 +379,49 @@ def test_without_flock_gc_spares_young_files_and_saves_refresh_what_they_reuse(
     report = store.gc()
     assert report.removed_blobs == 1  # the young orphan's array; the reused blob is referenced
     assert store.verify() == []
+
+
+_TRY_GC = """
+import sys
+from ipy_resume.store import lock
+try:
+    with lock.hold(sys.argv[1], exclusive=True, timeout=0.3, purpose="gc"):
+        print("gc got the lock")
+except lock.StoreLocked:
+    print("gc waited")
+"""
+
+
+def _gc_elsewhere(root: Path) -> str:
+    """What an exclusive lock attempt in another process finds (0.3 s of waiting)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRY_GC, str(root)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_saves_of_one_process_share_one_hold_of_the_lock_until_the_last_ends(
+    tmp_path: Path,
+) -> None:
+    # A save that starts while another save of the process holds the shared lock joins
+    # that hold (no descriptor of its own); gc elsewhere waits until the last one ends,
+    # whichever thread ends it.
+    root = tmp_path / "s"
+    root.mkdir()
+    first = lock.hold(root, exclusive=False, timeout=5, purpose="save")
+    assert first.__enter__() is True
+    with lock.hold(root, exclusive=False, timeout=5, purpose="save") as second:
+        assert second is True
+        assert len(lock._shared) == 1 and lock._shared[os.fspath(root / "lock")][1] == 2
+        assert lock.holders(root) == [os.getpid()]
+        ender = threading.Thread(target=first.__exit__, args=(None, None, None))
+        ender.start()
+        ender.join(10)
+        assert _gc_elsewhere(root) == "gc waited"  # the second still holds it
+    assert lock._shared == {}
+    assert _gc_elsewhere(root) == "gc got the lock"
+    # and a hold after that locks the file afresh
+    with lock.hold(root, exclusive=False, timeout=5, purpose="save") as again:
+        assert again is True and _gc_elsewhere(root) == "gc waited"
+    assert _gc_elsewhere(root) == "gc got the lock"

@@ -33,6 +33,7 @@ import errno
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,11 +60,26 @@ _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, err
 _held: set[int] = set()
 
 
+# The shared locks this process holds, by lock file: [descriptor, holders].  A save that
+# starts while another of this process's saves holds the shared lock (a run of small
+# cells, whose saves the background writer commits a moment later) joins that hold
+# instead of opening, locking and checking the file again: four system calls on the
+# cell's thread, each a chance for another thread to take the interpreter.  Joining
+# skips the check that the lock file is still the one locked; a store whose lock file
+# was deleted under a live save is safe all the same, because a commit checks again,
+# under its lock, that every blob it reuses is there (see snapshot.py).
+_shared: dict[str, list[int]] = {}
+_shared_mutex = threading.Lock()
+
+
 def _forget_in_child() -> None:
+    global _shared_mutex
     for fd in list(_held):
         with contextlib.suppress(OSError):
             os.close(fd)
     _held.clear()
+    _shared.clear()  # (the parent's holds; their descriptors were closed just above)
+    _shared_mutex = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -173,8 +189,21 @@ def hold(
     """
     folder = Path(root)
     path = folder / LOCK_FILE
+    key = os.fspath(path)
+    if not exclusive:
+        with _shared_mutex:
+            entry = _shared.get(key)
+            if entry is not None:
+                entry[1] += 1
+        if entry is not None:
+            try:
+                yield True
+            finally:
+                _leave_shared(key)
+            return
     deadline = time.monotonic() + timeout
     fd = _open(path)
+    shared = False
     try:
         pause = 0.001
         while True:
@@ -209,12 +238,41 @@ def hold(
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, json.dumps(doc).encode("utf-8"), 0)
-        _held.add(fd)
+        if got and not exclusive:
+            with _shared_mutex:
+                entry = _shared.get(key)
+                if entry is None:
+                    _shared[key] = [fd, 1]
+                    _held.add(fd)
+                else:  # another thread took it meanwhile: join that hold instead
+                    entry[1] += 1
+                    os.close(fd)
+                fd, shared = -1, True
+        else:
+            _held.add(fd)
         yield bool(got)
     finally:
-        if fd >= 0:
+        if shared:
+            _leave_shared(key)
+        elif fd >= 0:
             _held.discard(fd)
             os.close(fd)  # closing the descriptor releases the flock
+
+
+def _leave_shared(key: str) -> None:
+    """One holder of the shared lock *key* is done; the last one releases it."""
+    with _shared_mutex:
+        entry = _shared.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] > 0:
+            return
+        del _shared[key]
+        fd = entry[0]
+        _held.discard(fd)
+    with contextlib.suppress(OSError):
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 def _open(path: Path) -> int:
