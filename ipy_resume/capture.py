@@ -300,8 +300,9 @@ class _FdPipe:
     there.
     """
 
-    def __init__(self, fd: int, name: str) -> None:
+    def __init__(self, fd: int, name: str, target: tuple[int, int]) -> None:
         self.fd, self.name = fd, name
+        self.target = target  # (device, inode) of where fd points between cells
         self.record: OutputRecord | None = None  # the cell recording now
         self.forwarding = True
         self.lock = threading.Lock()  # held by the reader from a read to its recording
@@ -309,8 +310,6 @@ class _FdPipe:
         self.closed = False  # the reader read the end of the pipe and closed it
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         reader = _shared_reader()
-        info = os.fstat(fd)
-        self.target = (info.st_dev, info.st_ino)  # where fd points between cells
         opened: list[int] = []
         try:
             self.forward_to = os.dup(fd)  # the reader's copy, and what fd is put back to
@@ -340,11 +339,11 @@ class _FdPipe:
             info = os.fstat(fd) if info is None else info
             here = (info.st_dev, info.st_ino)
             pipe = _pipes.get(fd)
-            if pipe is not None and (pipe.target != here or pipe.write_end < 0):
+            if pipe is not None and pipe.target != here:
                 pipe.retire()  # fd points elsewhere now: a pipe for the new place
                 pipe = None
             if pipe is None:
-                pipe = _pipes[fd] = cls(fd, name)
+                pipe = _pipes[fd] = cls(fd, name, here)
             with pipe.lock:
                 pipe.record = record
                 pipe.decoder.reset()
