@@ -131,6 +131,20 @@ def test_the_timeline_read_first_has_the_dead_kernels_last_save(isolated: Path) 
     assert latest.detail == RECOVERED and pending.records(root) == []
 
 
+def test_a_timeline_opened_by_path_finishes_a_dead_kernels_only_save(isolated: Path) -> None:
+    # The panel's view from disk (the server, the CLI) of a store whose one save a kernel
+    # killed right after its first cell left staged: no manifest yet, only the record.
+    from ipy_resume.queries import Timeline
+
+    root = isolated / "store"
+    stage_and_die(root, "{'xs': [1, 2, 3]}", cell="first")
+    assert not (root / "manifests").exists() and len(pending.records(root)) == 1
+    timeline = Timeline.open(root)
+    assert [m.cell_id for m in timeline.manifests()] == ["first"]
+    assert [e.cell_id for e in timeline.events()] == ["first"]
+    assert pending.records(root) == []
+
+
 def test_a_small_save_is_staged_as_its_record_alone_and_finished_from_it(isolated: Path) -> None:
     root = isolated / "store"
     stage_and_die(root, "{'xs': [float(i) for i in range(100)], 'a': np.arange(8.0)}")

@@ -657,12 +657,14 @@ class Store:
 
     @staticmethod
     def has_checkpoints_at(root: Path) -> bool:
-        """True when the local store at *root* may hold checkpoints (it has saved one).
+        """True when the local store at *root* may hold checkpoints (it has saved one, or
+        staged one that a dead kernel left for the next reader to finish).
 
         >>> Store.has_checkpoints_at(Path("/nonexistent"))
         False
         """
-        return LocalBackend(root).has_prefix("manifests")
+        backend = LocalBackend(root)
+        return backend.has_prefix("manifests") or backend.has_prefix(pending.FOLDER)
 
     # -- store.json ----------------------------------------------------------
 
