@@ -595,7 +595,7 @@ class Engine:
         assert plan.key is not None
         started = time.perf_counter()
         manifest = None
-        fresh = file_deps.FreshFiles()
+        fresh = FreshCheckpoint()
         try:
             manifest = self._own_checkpoint(opts.cell_id, plan.key, fresh)
             if manifest is None:
@@ -919,6 +919,17 @@ class Engine:
                 "file_deps": not opts.no_file_deps,
             },
         }
+        shown = settings.shown_under(
+            ran.settings_before,
+            printed=bool(
+                result.record.events
+                or (result.has_value and result.value is not None)
+                or any(type(v) is str for v in values.values())
+            ),
+            drew=settings.draws([*values.values(), result.value]),
+        )
+        if shown:
+            info["shown_under"] = shown
         if ran.files_read:
             info["file_deps"] = ran.files_read
         if ran.files_written:
@@ -1070,6 +1081,29 @@ class Engine:
         if not best:
             return f"'{cell_id}' executes: its key matches an earlier checkpoint that is incomplete"
         return f"'{cell_id}' executes: " + "; ".join(best)
+
+
+@dataclass
+class FreshCheckpoint(file_deps.FreshFiles):
+    """The engine's ``Store.find`` acceptor: the files the checkpoint's cell read are
+    unchanged (:class:`file_deps.FreshFiles`), and so are the settings what it showed
+    depends on (numpy's print options, pandas' display options, matplotlib's rcParams;
+    see :func:`settings.shown_under`); ``reasons`` says why others were turned down.
+
+    >>> FreshCheckpoint()(type("M", (), {"info": {}, "id": "x"})())
+    True
+    """
+
+    def __call__(self, manifest: Any) -> bool:
+        if not super().__call__(manifest):
+            return False
+        changed = settings.changed_since(manifest.info.get("shown_under") or {})
+        if changed:
+            self.reasons.append(
+                f"{' and '.join(changed)} changed since checkpoint {manifest.id}, and what "
+                "the cell showed depends on them"
+            )
+        return not changed
 
 
 def describe_differences(old: dict[str, str], new: dict[str, str]) -> list[str]:

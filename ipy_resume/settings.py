@@ -37,6 +37,7 @@ from typing import Any
 __all__ = [
     "Setting",
     "apply",
+    "changed_since",
     "changes",
     "dict_diff",
     "draws",
@@ -44,6 +45,7 @@ __all__ = [
     "rcparams_digest",
     "register",
     "registry",
+    "shown_under",
     "snapshot",
 ]
 
@@ -278,6 +280,136 @@ def _mpl_apply(diff: Mapping[str, Any]) -> None:
         matplotlib.rcParams.update(diff.get("set", {}))
 
 
+# ---- settings what a cell showed depends on -------------------------------------------------
+
+# The settings that change how values print or draw, with the words a message uses.
+_SHOWN_BY = {
+    "numpy.printoptions": "numpy's print options",
+    "pandas.options": "pandas' display options",
+    "matplotlib.rcParams": "matplotlib's rcParams",
+}
+_PANDAS_SHOWING = ("display.", "styler.")
+
+
+def shown_under(before: Mapping[str, Any], *, printed: bool, drew: bool) -> dict[str, str]:
+    """Digests of the settings in *before* (a :func:`snapshot` taken before a cell) that
+    what the cell showed depends on: kept with its checkpoint and compared with the
+    settings at the next lookup (:func:`changed_since`).
+
+    The same code prints ``[1.12345679]`` under numpy's default precision and ``[1.12]``
+    after ``np.set_printoptions(precision=2)``, and draws another picture (and returns other
+    colours) after ``plt.style.use(...)``; none of that is a value the cell reads.
+    *printed*: the cell printed, displayed or returned something, or stored text (which
+    ``str(df)`` makes under pandas' options); *drew*: it stored matplotlib objects.
+
+    >>> import numpy; sorted(shown_under(snapshot(), printed=True, drew=False))[0]
+    'numpy.printoptions'
+    """
+    out: dict[str, str] = {}
+    if printed:
+        state = before.get("numpy.printoptions")
+        if state is not None:
+            out["numpy.printoptions"] = _settings_digest(state)
+        state = before.get("pandas.options")
+        if state is not None:
+            out["pandas.options"] = _settings_digest(_pandas_showing(state))
+    if printed or drew:
+        state = before.get("matplotlib.rcParams")
+        if state is not None:
+            out["matplotlib.rcParams"] = _rcparams_text_digest(state)
+    return out
+
+
+def changed_since(recorded: Mapping[str, str]) -> list[str]:
+    """Which of the settings :func:`shown_under` recorded differ now, in words (a library
+    not imported now counts as changed: what the cell showed came from it).
+
+    >>> changed_since(shown_under(snapshot(), printed=True, drew=False))
+    []
+    """
+    now = {
+        "numpy.printoptions": lambda: _settings_digest(_np_snapshot()),
+        "pandas.options": lambda: _settings_digest(_pandas_showing(_pd_snapshot())),
+        "matplotlib.rcParams": rcparams_digest,
+    }
+    changed = []
+    for name, digest in recorded.items():
+        current = now.get(name)
+        if current is None:  # a setting of a newer ipy_resume: not ours to judge
+            continue
+        try:
+            same = current() == digest
+        except Exception:  # a broken library: what it shows cannot be vouched for
+            same = False
+        if not same:
+            changed.append(_SHOWN_BY[name])
+    return changed
+
+
+def _pandas_showing(state: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if state is None:
+        return None
+    return {k: v for k, v in state.items() if k.startswith(_PANDAS_SHOWING)}
+
+
+def _settings_digest(state: Mapping[str, Any] | None) -> str:
+    """A digest of a settings state, the same in every process for the same settings."""
+    import xxhash
+
+    if state is None:
+        return "absent"
+    text = "\n".join(f"{k}={_stable_text(state[k])}" for k in sorted(state))
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "backslashreplace"))
+
+
+def _stable_text(value: Any, depth: int = 0) -> str:
+    """``repr`` of a setting's value, but for callables (``float_format``, numpy's
+    ``formatter``), whose repr holds an address: their name and code instead."""
+    if depth > 4:
+        return "..."
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda kv: repr(kv[0]))
+        return "{" + ",".join(f"{k!r}:{_stable_text(v, depth + 1)}" for k, v in items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_stable_text(v, depth + 1) for v in value) + "]"
+    if isinstance(value, type) or not callable(value):
+        return repr(value)
+    parts = [type(value).__qualname__, str(getattr(value, "__qualname__", ""))]
+    code = getattr(value, "__code__", None)
+    if code is not None:
+        parts += [code.co_code.hex(), _stable_text([_code_free(c) for c in code.co_consts])]
+    owner = getattr(value, "__self__", None)  # ('{:.2f}'.format: the string it formats with)
+    if owner is not None and not isinstance(owner, type(sys)):
+        parts.append(_stable_text(owner, depth + 1))
+    for name in ("func", "args", "keywords"):  # functools.partial
+        if hasattr(value, name) and not isinstance(getattr(value, name), type(sys)):
+            parts.append(_stable_text(getattr(value, name), depth + 1))
+    return "callable(" + "|".join(parts) + ")"
+
+
+def _code_free(const: Any) -> Any:
+    code = getattr(const, "co_code", None)  # (a nested function's code: its bytes)
+    return const if code is None else code.hex()
+
+
+# The digest of the last rcParams state digested, with that state (snapshots are shared
+# while nothing changes: a notebook's cells digest the same state, once).
+_rc_digested: tuple[Mapping[str, Any], str] | None = None
+
+
+def _rcparams_text_digest(state: Mapping[str, Any]) -> str:
+    global _rc_digested
+    last = _rc_digested
+    if last is not None and last[0] is state:
+        return last[1]
+    import xxhash
+
+    text = "\n".join(f"{k}={state[k]!r}" for k in sorted(state))
+    digest = xxhash.xxh3_128_hexdigest(text.encode("utf-8", "backslashreplace"))
+    _rc_digested = (state, digest)
+    return digest
+
+
 def rcparams_digest() -> str | None:
     """A stable text form of matplotlib's rcParams (None when matplotlib is not imported).
 
@@ -290,10 +422,7 @@ def rcparams_digest() -> str | None:
     state = _mpl_snapshot()
     if state is None:
         return None
-    import xxhash
-
-    text = "\n".join(f"{k}={state[k]!r}" for k in sorted(state))
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "backslashreplace"))
+    return _rcparams_text_digest(state)
 
 
 _DRAWING_MODULES = ("matplotlib", "seaborn", "mpl_toolkits")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,83 @@ def test_a_drawing_cell_misses_when_the_style_changes(tmp_path: Path) -> None:
     )
     err = restyled["cells"][2]["stderr"]
     assert "executed 'draw'" in err and "matplotlib's settings changed" in err, err
+
+
+SHOWN_BEFORE = "import numpy as np, pandas as pd\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+SHOWING = {
+    # what the cell prints or keeps depends on a setting no input of it holds
+    "numpy": ("np.set_printoptions(precision=2)", "%%checkpoint p\nprint(np.array([1.23456789]))"),
+    "pandas": (
+        "pd.set_option('display.precision', 2)",
+        "%%checkpoint p\npd.DataFrame({'x': [1.23456789]})",
+    ),
+    "matplotlib": (
+        "plt.style.use('dark_background')",
+        "%%checkpoint p\nimport matplotlib.pyplot as plt\nfig = plt.figure(); ax = fig.add_subplot()\n"
+        "face = tuple(ax.get_facecolor())",
+    ),
+}
+
+
+@pytest.mark.parametrize("library", sorted(SHOWING))
+def test_a_cell_that_showed_something_misses_when_the_settings_it_showed_under_change(
+    tmp_path: Path, library: str
+) -> None:
+    change, cell = SHOWING[library]
+    first = run_process(tmp_path, [SHOWN_BEFORE, cell], {})
+    assert "executed 'p'" in first["cells"][1]["stderr"], first["cells"][1]
+    again = run_process(tmp_path, [SHOWN_BEFORE, cell], {})
+    assert "restored 'p'" in again["cells"][1]["stderr"], again["cells"][1]
+    changed = run_process(
+        tmp_path, [SHOWN_BEFORE + change, cell], {"face": "face"} if library == "matplotlib" else {}
+    )
+    err = changed["cells"][1]["stderr"]
+    assert "executes:" in err and "changed since checkpoint" in err, err
+    assert "executed 'p'" in err, err
+    shown = changed["cells"][1]["stdout"] + json.dumps(changed["cells"][1]["displays"])
+    shown += str(changed["cells"][1]["result"])
+    if library == "numpy":
+        assert "[1.23]" in shown, shown
+    elif library == "pandas":
+        assert "1.23" in shown and "1.234568" not in shown, shown
+    else:  # the value the cell kept is the new style's, not the old one's
+        assert changed["eval"]["face"] == "(0.0, 0.0, 0.0, 1.0)", changed["eval"]
+    back = run_process(tmp_path, [SHOWN_BEFORE, cell], {})  # the first settings again
+    assert "restored 'p'" in back["cells"][1]["stderr"], back["cells"][1]
+
+
+def test_formatters_that_are_functions_are_the_same_setting_in_the_next_process(
+    tmp_path: Path,
+) -> None:
+    # a function's repr holds its address: the same formatter must not look changed
+    header = SHOWN_BEFORE + (
+        "pd.options.display.float_format = '{:.2f}'.format\n"
+        "np.set_printoptions(formatter={'float': lambda v: f'<{v:.1f}>'})\n"
+    )
+    cell = "%%checkpoint f\nprint(np.array([1.25]))\npd.Series([1.25])"
+    first = run_process(tmp_path, [header, cell], {})
+    assert "<1.2>" in first["cells"][1]["stdout"], first["cells"][1]
+    again = run_process(tmp_path, [header, cell], {})
+    assert "restored 'f'" in again["cells"][1]["stderr"], again["cells"][1]
+    other = run_process(tmp_path, [header.replace("{:.2f}", "{:.3f}"), cell], {})
+    assert "executed 'f'" in other["cells"][1]["stderr"], other["cells"][1]
+    assert "1.250" in str(other["cells"][1]["result"]), other["cells"][1]
+
+
+def test_a_silent_cell_still_restores_after_display_settings_change(tmp_path: Path) -> None:
+    # what nothing shows cannot be stale: a training cell must not rerun for a precision
+    cell = "%%checkpoint quiet\nimport numpy as np\nw = np.arange(3.0) / 3"
+    run_process(tmp_path, [SHOWN_BEFORE, cell], {})
+    later = run_process(
+        tmp_path,
+        [
+            SHOWN_BEFORE
+            + "np.set_printoptions(precision=1)\npd.set_option('display.precision', 1)",
+            cell,
+        ],
+        {},
+    )
+    assert "restored 'quiet'" in later["cells"][1]["stderr"], later["cells"][1]
 
 
 def test_changes_and_merge_in_process() -> None:
