@@ -49,6 +49,12 @@ class CellAnalysis:
     builtins: frozenset[str] = frozenset()
     # ``from m import *``: it binds names no reading of the code can list.
     star_import: bool = False
+    # A line magic, ``exec``/``eval`` of code that is not a literal, or ``globals()``: the
+    # cell may bind or delete names its code does not list (``%xdel b``,
+    # ``globals()["z"] = 1``), so the namespace is compared before and after it runs.
+    rebinds: bool = False
+    # ... and may read any of them (``exec(code)``, ``%run -i``): every name is an input.
+    reads_all: bool = False
 
     def reads(self, *bound: Container[str]) -> set[str]:
         """The globals the cell reads, given the names *bound* in its namespace (any of them).
@@ -97,6 +103,21 @@ _BUILTIN_NAMES = frozenset(dir(builtins)) - _IGNORED_NAMES
 # np.add.at(counts, i, 1)`` reads (and may change) ``counts``. Their code is analysed
 # where the magic's call stands; any other magic's argument stays opaque.
 _TIMEIT_OPTIONS = "n:r:tcp:qov:"  # IPython's own option string for %timeit
+
+# Line magics that read and bind no name of the notebook's; those that delete some.
+_NAMESPACE_FREE_MAGICS = frozenset(
+    {
+        "matplotlib", "config", "load_ext", "reload_ext", "unload_ext", "autoreload",
+        "aimport", "env", "set_env", "cd", "pwd", "precision", "pip", "conda", "xmode",
+        "pdb", "colors", "automagic", "autocall", "doctest_mode", "lsmagic", "quickref",
+        "history", "logstart", "logstop", "logon", "logoff", "alias", "unalias",
+        "bookmark", "dhist", "pushd", "popd", "dirs", "sx", "system",
+    }
+)  # fmt: skip
+_DELETING_MAGICS = frozenset({"xdel", "reset", "reset_selective"})
+# Calls that run code the analysis cannot read, or hand out the namespace itself.
+_CODE_CALLS = frozenset({"exec", "eval"})
+_NAMESPACE_CALLS = frozenset({"globals", "vars", "locals"})
 
 # Names a class body binds implicitly before its first statement runs.
 _CLASS_IMPLICIT = frozenset({"__module__", "__qualname__"})
@@ -379,6 +400,8 @@ class _Analyzer(ast.NodeVisitor):
         self.inputs: set[str] = set()
         self.builtins: set[str] = set()
         self.star_import = False
+        self.rebinds = False
+        self.reads_all = False
         self.ever_bound: set[str] = set()
         self.ever_deleted: set[str] = set()
         # Globals that function bodies may bind or delete whenever they are called.
@@ -693,8 +716,15 @@ class _Analyzer(ast.NodeVisitor):
         self.generic_visit(node)
         magic = _line_magic(node)
         if magic is None:
+            self._opaque_call(node)
             return
         name, line = magic
+        if name in _NAMESPACE_FREE_MAGICS:
+            pass
+        elif name in _DELETING_MAGICS:
+            self.rebinds = True
+        elif name not in ("time", "timeit"):  # (%run, %store -r, %who: any name at all)
+            self.rebinds = self.reads_all = True
         if name == "time":
             # The statement runs here, in this scope's namespace.
             body = _magic_code(line.removeprefix("--no-raise-error ").strip())
@@ -713,6 +743,32 @@ class _Analyzer(ast.NodeVisitor):
             self._flush()
             if parsed[1]:
                 self._store(parsed[1])
+
+    def _opaque_call(self, node: ast.Call) -> None:
+        """``exec``/``eval`` and ``globals()``: code and names the syntax tree does not show.
+
+        ``exec("y = x + 1")`` is read as the code it runs, where it stands; any other code
+        (a variable, a file's text) and any use of the namespace itself make the cell read
+        and bind what it likes (see :attr:`CellAnalysis.rebinds`).
+        """
+        func = node.func
+        if not isinstance(func, ast.Name):
+            return
+        if func.id in _CODE_CALLS:
+            code = node.args[0] if len(node.args) == 1 and not node.keywords else None
+            if isinstance(code, ast.Constant) and isinstance(code.value, str):
+                body = _magic_code(code.value)
+                if body is not None:
+                    self._visit_all(body)
+                    return
+            self.rebinds = self.reads_all = True
+        elif (
+            func.id in _NAMESPACE_CALLS
+            and not node.args
+            and not node.keywords
+            and (func.id == "globals" or self._function_depth == 0)  # (a function's: local)
+        ):
+            self.rebinds = self.reads_all = True
 
     def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
         self.visit(node.value)
@@ -935,6 +991,8 @@ def _analyze_cached(source: str) -> CellAnalysis:
         normalized,
         frozenset(analyzer.builtins),
         analyzer.star_import,
+        analyzer.rebinds,
+        analyzer.reads_all,
     )
 
 

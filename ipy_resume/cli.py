@@ -224,6 +224,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(json.dumps([reports.record(m, short.get(m.id)) for m in manifests], indent=2))
             else:
                 print(reports.table(manifests, store.journal().events(), short))
+            unread = len(store.ids()) - len(manifests)
+            if unread > 0:  # (an empty table alone would say the store is empty)
+                print(
+                    f"ipy-resume: {unread} more checkpoint(s) in {root} are not listed: they do "
+                    "not verify under this machine's key (signed under another key, or "
+                    "damaged); 'ipy-resume verify' says which, 'ipy-resume trust' adopts the "
+                    "ones whose checksums pass",
+                    file=sys.stderr,
+                )
         elif args.command == "show":
             manifest = reports.resolve(store.manifests(), args.target)
             details = reports.describe(

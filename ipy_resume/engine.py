@@ -19,7 +19,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Protocol
@@ -505,7 +505,10 @@ class Engine:
             "python": f"{sys.version_info.major}.{sys.version_info.minor}",
             "format": FORMAT_VERSION,
         }
-        names = (analysis.reads(namespace, known or ()) | set(opts.inputs)) - set(opts.ignore)
+        names = analysis.reads(namespace, known or ()) | set(opts.inputs)
+        if analysis.reads_all:  # (``exec(code)``, ``globals()``: any name may be read)
+            names.update(_user_names(namespace, known or ()))
+        names -= set(opts.ignore)
         fingerprinter = _Once()
         digests: dict[str, bytes] = {}
         for name in sorted(names):
@@ -811,7 +814,7 @@ class Engine:
         # a set of the whole namespace, with IPython's entry per cell run, cost more)
         before = {name for name in plan.analysis.outputs if name in namespace}
         starred = None
-        if plan.analysis.star_import:
+        if plan.analysis.star_import or plan.analysis.rebinds:
             starred = dict(namespace)  # (holding the values: no address is reused meanwhile)
         settings_before = settings.snapshot()
         reached = _reached_state(namespace, plan)
@@ -1057,6 +1060,8 @@ class Engine:
             name for name in bound if name in namespace and not _is_closed_file(namespace[name])
         )
         candidates = set(plan.analysis.deleted) | (set(plan.analysis.outputs) & before)
+        if starred is not None:  # (``%xdel b``, ``globals().pop("c")``: no ``del`` to read)
+            candidates.update(name for name in starred if not is_bookkeeping(name))
         deleted = sorted(name for name in candidates if name not in namespace)
         return names, deleted, mutated, after
 
@@ -1327,6 +1332,15 @@ class _Once(Fingerprinter):
         result = super().digest(value)
         self._tops[key] = (value, result)
         return result
+
+
+def _user_names(namespace: Mapping[str, Any], known: Iterable[str]) -> set[str]:
+    """The notebook's own names (not IPython's bookkeeping, not private ``_`` ones)."""
+    return {
+        name
+        for name in [*namespace, *known]
+        if not name.startswith("_") and not is_bookkeeping(name)
+    }
 
 
 def _value(result: RunResult) -> Any:

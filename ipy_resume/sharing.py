@@ -38,7 +38,7 @@ import numpy as np
 
 from ipy_resume.store import location
 
-from .fingerprint import Fingerprinter, Unfingerprintable, register_alias
+from .fingerprint import Fingerprinter, Unfingerprintable, register_alias, tied_to_code
 from .store import Manifest, blobs, codecs
 from .store.manifest import BlobRef
 from .store.store import MISSING, token
@@ -328,7 +328,9 @@ class SharedObjects:
         """Make the fingerprints of *values* (restored from *manifest*) stand for the saved ones.
 
         Costs one fingerprint per pickled value other than an array or a :func:`codecs.flat` one
-        (those round-trip exactly).
+        (those round-trip exactly).  A value tied to code (a module, what is imported from one,
+        an instance of a helper module's class) is left out: its digest differs only when that
+        code was edited, and the cells reading it must then execute.
         """
         saved = manifest.info.get("fingerprints") or {}
         fp = None
@@ -336,6 +338,8 @@ class SharedObjects:
             digest = saved.get(name)
             if not isinstance(digest, str) or isinstance(value, np.ndarray) or codecs.flat(value):
                 continue  # arrays, and atoms and flat containers of them, round-trip exactly
+            if tied_to_code(value):  # (a module whose file was edited since: not a round trip)
+                continue
             if fp is None:
                 fp = Fingerprinter()
             try:

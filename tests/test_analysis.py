@@ -758,3 +758,26 @@ def test_other_magics_and_unparsable_magic_code_stay_opaque() -> None:
     assert analyze(_magic("timeit", "-z f()")).inputs == frozenset()  # IPython refuses it
     assert analyze(_magic("matplotlib", "inline")).inputs == frozenset()
     assert analyze("get_ipython().run_line_magic(kind, 'x = 1')").outputs == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("source", "rebinds", "reads_all", "inputs"),
+    [
+        ("%xdel b", True, False, set()),
+        ("%matplotlib inline\ny = x", False, False, {"x"}),
+        ("%run -i helper.py", True, True, set()),
+        ("exec('y = x + 1')", False, False, {"x"}),  # a literal is read as the code it runs
+        ("exec(code)", True, True, {"code"}),
+        ("globals()['z'] = 1", True, True, set()),
+        ("def f():\n    return locals()\ny = f()", False, False, set()),
+        ("y = x + 1", False, False, {"x"}),
+    ],
+)
+def test_cells_that_reach_names_the_code_does_not_list_are_flagged(
+    source: str, rebinds: bool, reads_all: bool, inputs: set[str]
+) -> None:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    a = analyze(TransformerManager().transform_cell(source))
+    assert (a.rebinds, a.reads_all) == (rebinds, reads_all)
+    assert set(a.inputs) == inputs

@@ -144,3 +144,23 @@ def test_a_saved_groupby_is_left_as_it_was_so_the_next_cell_hits_after_a_restart
     assert first["eval"] == second["eval"] == {"m": "[0.5, 3.0]"}
     statuses = [cell["stderr"] for cell in second["cells"][1:]]
     assert all("restored" in status for status in statuses), statuses
+
+
+DYNAMIC = [
+    "x = 1\na = [1]; b = [2]; c = [3]",
+    "%%checkpoint ex\nexec('y = x + 1')",
+    "%%checkpoint gl\nglobals()['z'] = x * 10",
+    "%%checkpoint dl\n%xdel b\nglobals().pop('c')\ndel a",
+]
+DYNAMIC_STATE = {"y": "y", "z": "z", "gone": "[n for n in 'abc' if n not in globals()]"}
+
+
+def test_names_bound_or_deleted_without_an_assignment_or_del_come_back(tmp_path: Path) -> None:
+    first = run_process(tmp_path, DYNAMIC, DYNAMIC_STATE)
+    assert first["eval"] == {"y": "2", "z": "10", "gone": "['a', 'b', 'c']"}
+    again = run_process(tmp_path, DYNAMIC, DYNAMIC_STATE)
+    for cell in again["cells"][1:]:
+        assert "restored" in cell["stderr"], cell
+    assert again["eval"] == first["eval"]
+    changed = run_process(tmp_path, ["x = 2" + DYNAMIC[0][5:], *DYNAMIC[1:]], DYNAMIC_STATE)
+    assert changed["eval"] == {"y": "3", "z": "20", "gone": "['a', 'b', 'c']"}  # never stale

@@ -94,3 +94,28 @@ def test_the_notebook_namespace_is_never_a_module_to_import_from() -> None:
     finally:
         sys.modules.pop("__mp_main__", None)
     assert main is sys.modules["__main__"]
+
+
+EDITED_IMPORT = "%%checkpoint imp\nimport sys\nsys.path.insert(0, '.')\nimport editmod\nthing = editmod.Thing(3)"
+EDITED_USES = {
+    "module": "%%checkpoint use\nv = editmod.VALUE",
+    "instance": "%%checkpoint use\nv = thing.scaled()",
+}
+
+
+@pytest.mark.parametrize("through", sorted(EDITED_USES))
+def test_editing_a_helper_module_reruns_its_users_even_when_the_import_was_restored(
+    tmp_path: Path, through: str
+) -> None:
+    # The import cell restores (its module comes back by reference, now the edited one);
+    # the cell reading the module, or an object of its class, must not hit its old result.
+    source = "VALUE = {v}\nclass Thing:\n    def __init__(self, n):\n        self.n = n\n    def scaled(self):\n        return self.n * {v}\n"
+    (tmp_path / "editmod.py").write_text(source.format(v=1))
+    cells = [EDITED_IMPORT, EDITED_USES[through]]
+    first = run_process(tmp_path, cells, {"v": "v"})
+    assert first["eval"]["v"] == ("1" if through == "module" else "3")
+    (tmp_path / "editmod.py").write_text("# edited\n" + source.format(v=100))
+    second = run_process(tmp_path, cells, {"v": "v"})
+    assert "restored 'imp'" in second["cells"][0]["stderr"], second["cells"][0]
+    assert "executed 'use'" in second["cells"][1]["stderr"], second["cells"][1]
+    assert second["eval"]["v"] == ("100" if through == "module" else "300")

@@ -103,7 +103,7 @@ from . import (  # noqa: F401  (rules)
     reduce,
     rules,
 )
-from .code import globals_read
+from .code import globals_read, tied_to_code
 from .core import (
     BUDGET_ENV,
     Fingerprinter,
@@ -127,4 +127,5 @@ __all__ = [
     "globals_read",
     "register",
     "register_alias",
+    "tied_to_code",
 ]

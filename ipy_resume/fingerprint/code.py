@@ -396,6 +396,29 @@ def _exported_as(obj: object, module: object, name: object) -> bool:
     return mod is not None and getattr(mod, "__dict__", {}).get(name) is obj
 
 
+def tied_to_code(value: object) -> bool:
+    """Whether *value*'s fingerprint follows code that may change between two kernels
+    while the value itself round-trips exactly: a module, a function or class imported
+    by reference (its module's version, or a helper module's source, is in the digest),
+    or an instance of a class from a helper module next to the notebook.
+
+    A restored value whose digest differs from the saved one is taken as the saved one
+    (see :func:`register_alias`) only when it is not tied to code: for these, the
+    difference is an edit of that code, which must make the cells reading them execute.
+
+    >>> import json; tied_to_code(json), tied_to_code(json.dumps), tied_to_code([1])
+    (True, True, False)
+    """
+    if isinstance(value, types.ModuleType):
+        return True
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return _exported_as(
+            value, getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+        )
+    module = sys.modules.get(getattr(type(value), "__module__", None) or "")
+    return module is not None and _is_local_module(module)
+
+
 def _c_method(fp: Fingerprinter, m: types.MethodType) -> bytes:
     func = m.__func__
     owner = type(m.__self__).__module__
