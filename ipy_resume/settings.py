@@ -14,11 +14,12 @@ A setting whose library is not imported costs nothing.  Built in:
 * ``matplotlib.rcParams`` (styles and seaborn themes are rcParams changes);
 * pandas options;
 * numpy print options;
+* sympy's display methods (``init_printing()``);
 * warnings filters;
 * ``sys.path``, ``os.environ`` and the working directory.
 
-The IPython adapter adds the matplotlib backend (``%matplotlib``) and ``%config``
-changes.  :func:`register` adds others, e.g. ``torch.set_default_dtype``.
+The IPython adapter adds the matplotlib backend (``%matplotlib``), ``%config``
+changes and the display formatters' printers.  :func:`register` adds others, e.g. ``torch.set_default_dtype``.
 
 A setting that cannot be recorded (a value that does not pickle) is left out of the
 checkpoint and named; a change that cannot be applied is reported and the rest still
@@ -517,6 +518,28 @@ def _np_apply(diff: Mapping[str, Any]) -> None:
     np.set_printoptions(**options)
 
 
+# ---- sympy's printing -------------------------------------------------------------------------
+
+# ``init_printing()`` sets these on sympy's base class: how every expression displays.
+_SYMPY_REPRS = ("_repr_png_", "_repr_svg_", "_repr_latex_")
+
+
+def _sympy_snapshot() -> dict[str, Any] | None:
+    module = sys.modules.get("sympy.printing.defaults")
+    printable = getattr(module, "Printable", None)
+    if printable is None:
+        return None
+    return {name: vars(printable).get(name) for name in _SYMPY_REPRS}
+
+
+def _sympy_apply(diff: Mapping[str, Any]) -> None:
+    from sympy.printing.defaults import Printable
+
+    for name, value in diff.get("set", {}).items():
+        if name in _SYMPY_REPRS:
+            setattr(Printable, name, value)
+
+
 # ---- warnings --------------------------------------------------------------------------------
 
 
@@ -574,6 +597,7 @@ def _cwd_diff(before: str | None, after: str) -> str | None:
 register(Setting("matplotlib.rcParams", _mpl_snapshot, dict_diff, _mpl_apply, _mpl_defaults))
 register(Setting("pandas.options", _pd_snapshot, dict_diff, _pd_apply, _pd_defaults))
 register(Setting("numpy.printoptions", _np_snapshot, dict_diff, _np_apply))
+register(Setting("sympy.printing", _sympy_snapshot, dict_diff, _sympy_apply, dict))
 register(Setting("warnings.filters", _warnings_snapshot, _list_diff, _warnings_apply))
 register(Setting("sys.path", lambda: list(sys.path), _list_diff, _path_apply))
 register(Setting("environ", _environ_snapshot, _environ_diff, _environ_apply))

@@ -247,3 +247,23 @@ def test_a_restored_backend_switch_leaves_rcparams_as_the_magic_did(tmp_path: Pa
     assert all("restored" in s for s in second), second
     assert before == after, (before, after)
     assert after.startswith("True ")
+
+
+SYMPY_SETUP = (
+    "%%checkpoint setup\nfrom sympy import Symbol, init_printing\ninit_printing(use_latex='png')"
+)
+SYMPY_STATE = {
+    "png": "__import__('sympy').printing.defaults.Printable._repr_png_ is not None",
+    "plain": "get_ipython().display_formatter.formatters['text/plain'].type_printers[int].__name__",
+}
+
+
+def test_sympy_init_printing_comes_back_with_the_restored_cell(tmp_path: Path) -> None:
+    # init_printing() registers printers with IPython's formatters and sets sympy's own
+    # display methods: later expressions must print as pretty (and as PNG) after a restore
+    pytest.importorskip("sympy")
+    first = run_process(tmp_path, [SYMPY_SETUP], SYMPY_STATE)
+    assert first["eval"]["png"] == "True", first
+    second = run_process(tmp_path, [SYMPY_SETUP], SYMPY_STATE)
+    assert "restored 'setup'" in second["cells"][0]["stderr"], second["cells"][0]
+    assert second["eval"] == first["eval"]
