@@ -90,7 +90,7 @@ def _printers_snapshot(shell: InteractiveShell) -> dict[str, Any] | None:
 
 
 def _printers_apply(shell: InteractiveShell, diff: Mapping[str, Any]) -> None:
-    formatters = shell.display_formatter.formatters
+    formatters = getattr(shell.display_formatter, "formatters", None) or {}
     for key, (how, target, printer) in diff.get("set", {}).items():
         formatter = formatters.get(key.partition(" ")[0])
         if formatter is None:
