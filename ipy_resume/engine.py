@@ -183,6 +183,7 @@ class _Ran:
     rng_state: dict[str, Any]
     files_read: dict[str, list[dict[str, Any]]]
     files_written: list[str]
+    files_removed: list[str]
     # ``from m import *`` binds names the code does not list: what each name held before
     starred: dict[str, Any] | None = None
 
@@ -655,6 +656,13 @@ class Engine:
                 f"write {'it' if len(gone) == 1 else 'them'} back (name files with --files to "
                 "store them, or --force to execute the cell)"
             )
+        back = file_deps.present_again(manifest.info.get("files_removed", []))
+        if back:
+            listed = ", ".join(f"'{p}'" for p in back[:5]) + (" ..." if len(back) > 5 else "")
+            host.message(
+                f"{PREFIX}{opts.shown} removed {listed} when it executed; a restore does not "
+                f"remove {'it' if len(back) == 1 else 'them'} again (--force executes the cell)"
+            )
         record = extras.get("outputs")
         if isinstance(record, OutputRecord):
             host.replay(record)
@@ -845,6 +853,7 @@ class Engine:
             files_written=[
                 path for path in (recorder.outputs() if recorder else []) if path not in opts.files
             ],
+            files_removed=recorder.gone() if recorder is not None else [],
             starred=starred,
         )
 
@@ -937,6 +946,8 @@ class Engine:
             info["file_deps"] = ran.files_read
         if ran.files_written:
             info["files_written"] = ran.files_written
+        if ran.files_removed:
+            info["files_removed"] = ran.files_removed
         return _Content(names, values, extras, info, missing_files, current, fingerprinter)
 
     def _save(

@@ -41,7 +41,11 @@ DEFAULT_HASH_LIMIT = 1 << 30
 # Folder listings longer than this are kept as a digest only (``show`` gives the count).
 _NAMES_KEPT = 200
 _OUTPUTS_KEPT = 50
-_WATCHED = frozenset({"open", "os.listdir", "os.scandir", "sqlite3.connect"})
+_WATCHED = frozenset(
+    {"open", "os.listdir", "os.scandir", "sqlite3.connect", "os.remove", "os.rmdir", "os.rename"}
+    | {"shutil.rmtree"}
+)
+_REMOVING = frozenset({"os.remove", "os.rmdir", "shutil.rmtree"})
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 _OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Files the interpreter, not the cell, reads: module sources and byte code (imports),
@@ -100,6 +104,7 @@ class Recorder:
         self._read: dict[str, None] = {}
         self._listed: dict[str, None] = {}
         self.written: set[str] = set()
+        self.removed: set[str] = set()
         self._lock = threading.Lock()
 
     @property
@@ -126,6 +131,23 @@ class Recorder:
                 self.written.add(path)  # read earlier: still an input, recorded as left
             elif path not in self.written:
                 self._read.setdefault(path, None)
+
+    def removed_path(self, path: str) -> None:
+        """Note a file or folder removed (or renamed away) by the cell."""
+        if not self._skip(path):
+            with self._lock:
+                self.removed.add(path)
+                self.written.discard(path)
+
+    def gone(self, base: str | None = None) -> list[str]:
+        """The files and folders the cell removed that are still gone when it ends (at most
+        50), as recorded paths: a restore does not remove them again, and says so."""
+        with self._lock:
+            removed = sorted(self.removed)
+        if not removed:
+            return []
+        base = base or os.getcwd()
+        return [_shown(p, base) for p in removed if not os.path.lexists(p)][:_OUTPUTS_KEPT]
 
     def listed_dir(self, path: str) -> None:
         if not self._skip(path):
@@ -160,6 +182,18 @@ class Recorder:
             return []
         base = base or os.getcwd()
         return [_shown(p, base) for p in written if os.path.isfile(p)][:_OUTPUTS_KEPT]
+
+
+def present_again(paths: list[str], base: str | None = None) -> list[str]:
+    """Which of the files a cell removed are on disk now (a restore leaves them).
+
+    >>> present_again(["/nonexistent/old.csv"])
+    []
+    """
+    if not paths:
+        return []
+    base = base or os.getcwd()
+    return [p for p in paths if os.path.lexists(os.path.join(base, p))]
 
 
 def missing_outputs(paths: list[str], base: str | None = None) -> list[str]:
@@ -224,6 +258,15 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
                 return
             writes = bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
             _note(path, writes)
+        elif event in _REMOVING or event == "os.rename":
+            target = args[0] if args else None
+            if target is None or isinstance(target, int):
+                return
+            absolute = os.path.abspath(os.fsdecode(os.fspath(target)))
+            for recorder in _stack:
+                recorder.removed_path(absolute)
+            if event == "os.rename" and len(args) > 1 and not isinstance(args[1], int):
+                _note(args[1], True)  # (the new name is a file the cell wrote)
         elif event == "sqlite3.connect":
             target = args[0]
             if isinstance(target, (str, bytes, os.PathLike)) and os.fsdecode(target) != ":memory:":

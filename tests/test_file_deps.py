@@ -259,3 +259,26 @@ def test_a_restore_says_which_written_files_it_does_not_bring_back(tmp_path: Pat
     # --files brings model.bin back; report.txt is the one it does not
     assert "restored 'kept'" in kept and "wrote 'report.txt' when it executed" in kept, kept
     assert (tmp_path / "model.bin").read_text() == "m"
+
+
+REMOVE = (
+    "%%checkpoint tidy\nimport os\nos.remove('scratch.db')\nos.replace('draft.txt', 'final.txt')"
+)
+
+
+def test_a_restore_says_which_removed_files_it_does_not_remove_again(tmp_path: Path) -> None:
+    (tmp_path / "scratch.db").write_text("1")
+    (tmp_path / "draft.txt").write_text("2")
+    first = run_process(tmp_path, [REMOVE], {})
+    assert "executed 'tidy'" in first["cells"][0]["stderr"], first["cells"][0]
+    assert "removed" not in first["cells"][0]["stderr"]
+    quiet = run_process(tmp_path, [REMOVE], {})  # still removed: nothing to say
+    assert "restored 'tidy'" in quiet["cells"][0]["stderr"]
+    assert "removed" not in quiet["cells"][0]["stderr"], quiet["cells"][0]
+    (tmp_path / "scratch.db").write_text("1")  # as a fresh copy of the folder has it
+    (tmp_path / "draft.txt").write_text("2")
+    again = run_process(tmp_path, [REMOVE], {})
+    err = again["cells"][0]["stderr"]
+    assert "restored 'tidy'" in err, err
+    assert "removed 'draft.txt', 'scratch.db' when it executed" in err, err
+    assert (tmp_path / "scratch.db").exists()  # said, not done: a restore executes nothing
