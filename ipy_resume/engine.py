@@ -648,21 +648,27 @@ class Engine:
         values, extras = loaded.values, loaded.extras
         for problem in problems:
             host.message(f"{PREFIX}{opts.shown}: {problem}")
-        gone = file_deps.missing_outputs(manifest.info.get("files_written", []))
-        if gone:
-            listed = ", ".join(f"'{p}'" for p in gone[:5]) + (" ..." if len(gone) > 5 else "")
-            host.message(
-                f"{PREFIX}{opts.shown} wrote {listed} when it executed; a restore does not "
-                f"write {'it' if len(gone) == 1 else 'them'} back (name files with --files to "
-                "store them, or --force to execute the cell)"
-            )
-        back = file_deps.present_again(manifest.info.get("files_removed", []))
-        if back:
-            listed = ", ".join(f"'{p}'" for p in back[:5]) + (" ..." if len(back) > 5 else "")
-            host.message(
-                f"{PREFIX}{opts.shown} removed {listed} when it executed; a restore does not "
-                f"remove {'it' if len(back) == 1 else 'them'} again (--force executes the cell)"
-            )
+        for paths, done, undone, hint in (
+            (
+                file_deps.missing_outputs(manifest.info.get("files_written", [])),
+                "wrote",
+                "write {} back",
+                "name files with --files to store them, or --force to execute the cell",
+            ),
+            (
+                file_deps.present_again(manifest.info.get("files_removed", [])),
+                "removed",
+                "remove {} again",
+                "--force executes the cell",
+            ),
+        ):
+            if paths:
+                listed = ", ".join(f"'{p}'" for p in paths[:5]) + (" ..." if len(paths) > 5 else "")
+                pronoun = "it" if len(paths) == 1 else "them"
+                host.message(
+                    f"{PREFIX}{opts.shown} {done} {listed} when it executed; a restore does not "
+                    f"{undone.format(pronoun)} ({hint})"
+                )
         record = extras.get("outputs")
         if isinstance(record, OutputRecord):
             host.replay(record)
