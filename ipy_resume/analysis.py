@@ -114,7 +114,8 @@ _NAMESPACE_FREE_MAGICS = frozenset(
         "bookmark", "dhist", "pushd", "popd", "dirs", "sx", "system",
     }
 )  # fmt: skip
-_DELETING_MAGICS = frozenset({"xdel", "reset", "reset_selective"})
+# (``%reset_selective -f ^tmp`` deletes what the namespace holds: it reads every name)
+_DELETING_MAGICS = frozenset({"xdel"})
 # Calls that run code the analysis cannot read, or hand out the namespace itself.
 _CODE_CALLS = frozenset({"exec", "eval"})
 _NAMESPACE_CALLS = frozenset({"globals", "vars", "locals"})

@@ -764,6 +764,7 @@ def test_other_magics_and_unparsable_magic_code_stay_opaque() -> None:
     ("source", "rebinds", "reads_all", "inputs"),
     [
         ("%xdel b", True, False, set()),
+        ("%reset_selective -f ^tmp", True, True, set()),
         ("%matplotlib inline\ny = x", False, False, {"x"}),
         ("%run -i helper.py", True, True, set()),
         ("exec('y = x + 1')", False, False, {"x"}),  # a literal is read as the code it runs

@@ -164,3 +164,15 @@ def test_names_bound_or_deleted_without_an_assignment_or_del_come_back(tmp_path:
     assert again["eval"] == first["eval"]
     changed = run_process(tmp_path, ["x = 2" + DYNAMIC[0][5:], *DYNAMIC[1:]], DYNAMIC_STATE)
     assert changed["eval"] == {"y": "3", "z": "20", "gone": "['a', 'b', 'c']"}  # never stale
+
+
+def test_a_restored_reset_selective_deletes_what_running_it_would(tmp_path: Path) -> None:
+    # what %reset_selective deletes depends on the namespace: another namespace, another key
+    cell = "%%checkpoint tidy\n%reset_selective -f ^tmp"
+    left = {"left": "sorted(n for n in globals() if n.startswith('tmp'))"}
+    run_process(tmp_path, ["tmp1 = 1", cell], left)
+    same = run_process(tmp_path, ["tmp1 = 1", cell], left)
+    assert "restored 'tidy'" in same["cells"][1]["stderr"] and same["eval"]["left"] == "[]"
+    other = run_process(tmp_path, ["tmp1 = 1\ntmp2 = 2", cell], left)
+    assert "executed 'tidy'" in other["cells"][1]["stderr"], other["cells"][1]
+    assert other["eval"]["left"] == "[]"
