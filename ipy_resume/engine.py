@@ -152,6 +152,7 @@ class Plan:
     seed: int | None
     problem: str | None = None  # why no key could be made: the cell always executes
     stale: str | None = None  # a checkpoint has this key, but a file it read changed
+    unusable: str | None = None  # a checkpoint has this key, but it failed to load (said)
 
 
 @dataclass
@@ -582,6 +583,8 @@ class Engine:
                 reason = f"{opts.shown} executes: {plan.stale}"
                 if not opts.quiet:
                     show_status(host, PREFIX + reason)
+            elif plan.unusable:  # (its message was shown: the reason, for the badge and show)
+                reason = f"{opts.shown} executes: {plan.unusable}"
             elif opts.explain or getattr(host, "wants_reason", False):
                 reason = self.explain(opts.cell_id, plan)
                 if opts.explain:
@@ -622,8 +625,16 @@ class Engine:
             self._committed.pop((opts.cell_id, plan.key), None)
             if manifest is not None:
                 shared_objects(self.store.location).forget(manifest.id)
-            host.message(f"{PREFIX}{exc}")
-            host.message(f"{PREFIX}{opts.shown} will be executed instead.")
+            text = str(exc)
+            host.message(f"{PREFIX}{text}")
+            if "execute again" not in text:  # (most store errors say so themselves)
+                host.message(f"{PREFIX}{opts.shown} will be executed instead.")
+            plan.unusable = "its checkpoint could not be restored (see the message above)"
+            if manifest is not None:
+                plan.unusable = (
+                    f"its checkpoint {self.store.short_id(manifest.id)} could not be restored "
+                    "(see the message above)"
+                )
             return None
         except Exception as exc:  # a loader bug must cost a re-run, never the user's cell
             host.message(

@@ -119,3 +119,16 @@ def test_editing_a_helper_module_reruns_its_users_even_when_the_import_was_resto
     assert "restored 'imp'" in second["cells"][0]["stderr"], second["cells"][0]
     assert "executed 'use'" in second["cells"][1]["stderr"], second["cells"][1]
     assert second["eval"]["v"] == ("100" if through == "module" else "300")
+
+
+def test_a_module_that_cannot_be_imported_any_more_is_said_once(tmp_path: Path) -> None:
+    (tmp_path / "gonemod.py").write_text("VALUE = 1\n")
+    cell = "%%checkpoint imp --explain\nimport sys\nsys.path.insert(0, '.')\nimport gonemod"
+    run_process(tmp_path, [cell], {})
+    (tmp_path / "gonemod.py").unlink()
+    second = run_process(tmp_path, [cell], {})
+    lines = [x for x in second["cells"][0]["stderr"].splitlines() if x.startswith("ipy_resume:")]
+    assert len(lines) == 1, lines  # what failed, and that the cell executes: one line
+    assert "could not be rebuilt" in lines[0] and "execute again" in lines[0]
+    assert "incomplete" not in second["cells"][0]["stderr"]
+    assert "ModuleNotFoundError" in str(second["cells"][0]["error"])
