@@ -257,6 +257,9 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             if isinstance(path, int):
                 return
             writes = bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
+            if writes and flags & os.O_RDWR and not flags & os.O_TRUNC:
+                # ("r+", "a+", np.memmap(mode="r+"): what the file held is read too)
+                _note(path, False)
             _note(path, writes)
         elif event in _REMOVING or event == "os.rename":
             target = args[0] if args else None

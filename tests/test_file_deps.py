@@ -282,3 +282,23 @@ def test_a_restore_says_which_removed_files_it_does_not_remove_again(tmp_path: P
     assert "restored 'tidy'" in err, err
     assert "removed 'draft.txt', 'scratch.db' when it executed" in err, err
     assert (tmp_path / "scratch.db").exists()  # said, not done: a restore executes nothing
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "%%checkpoint tot\nm = np.memmap('data.bin', dtype='float64', mode='r+')\ntotal = float(m.sum())",
+        "%%checkpoint tot\nwith open('data.bin', 'r+b') as fh:\n    total = float(np.frombuffer(fh.read()).sum())",
+    ],
+    ids=["memmap-r+", "open-r+b"],
+)
+def test_a_file_opened_to_read_and_write_is_an_input_too(tmp_path: Path, cell: str) -> None:
+    # (opened for writing, it counted only as an output: a changed file restored a stale sum)
+    np.arange(10.0).tofile(tmp_path / "data.bin")
+    cells = ["import numpy as np", cell]
+    first = run_process(tmp_path, cells, {"total": "total"})
+    assert first["eval"]["total"] == "45.0"
+    (np.arange(10.0) * 2).tofile(tmp_path / "data.bin")
+    second = run_process(tmp_path, cells, {"total": "total"})
+    assert "file 'data.bin' changed" in second["cells"][1]["stderr"], second["cells"][1]
+    assert second["eval"]["total"] == "90.0"
