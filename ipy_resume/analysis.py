@@ -55,6 +55,9 @@ class CellAnalysis:
     rebinds: bool = False
     # ... and may read any of them (``exec(code)``, ``%run -i``): every name is an input.
     reads_all: bool = False
+    # The top-level modules the cell imports (``import a.b``, ``from a import c``: ``a``):
+    # a helper module's source joins the key, since the code it runs is the module's.
+    imports: frozenset[str] = frozenset()
 
     def reads(self, *bound: Container[str]) -> set[str]:
         """The globals the cell reads, given the names *bound* in its namespace (any of them).
@@ -403,6 +406,7 @@ class _Analyzer(ast.NodeVisitor):
         self.star_import = False
         self.rebinds = False
         self.reads_all = False
+        self.imports: set[str] = set()
         self.ever_bound: set[str] = set()
         self.ever_deleted: set[str] = set()
         # Globals that function bodies may bind or delete whenever they are called.
@@ -815,9 +819,12 @@ class _Analyzer(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
+            self.imports.add(alias.name.partition(".")[0])
             self._store(_import_binding(alias))
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if not node.level and node.module:
+            self.imports.add(node.module.partition(".")[0])
         for alias in node.names:
             # ``from m import *`` binds names we cannot know statically; later
             # reads of them are reported as inputs, which is merely conservative.
@@ -994,6 +1001,7 @@ def _analyze_cached(source: str) -> CellAnalysis:
         analyzer.star_import,
         analyzer.rebinds,
         analyzer.reads_all,
+        frozenset(analyzer.imports),
     )
 
 

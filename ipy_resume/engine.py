@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import file_deps, restoring, rng, settings
 from .analysis import AnalysisError, CellAnalysis, analyze, is_bookkeeping
 from .capture import OutputRecord
-from .fingerprint import Fingerprinter, Unfingerprintable, digest_bytes, globals_read
+from .fingerprint import (
+    Fingerprinter,
+    Unfingerprintable,
+    digest_bytes,
+    globals_read,
+    import_version,
+)
 from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError, background, location
 from .store.journal import Event
@@ -529,6 +535,10 @@ class Engine:
             parts[f"input:{name}"] = digests[name].hex()
         for path in opts.deps:
             parts[f"deps:{path}"] = file_deps.file_digest(path) or "missing"
+        for module in sorted(analysis.imports):  # (a helper module's code is the cell's too)
+            version = import_version(module)
+            if version is not None:
+                parts[f"import:{module}"] = version
         if settings.draws(namespace[n] for n in names if n in namespace):
             style = settings.rcparams_digest()
             if style is not None:
@@ -1163,6 +1173,8 @@ def describe_differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
                 out.append(f"input '{name}' changed")
         elif kind == "deps":
             out.append(f"dependency file '{name}' changed")
+        elif kind == "import":
+            out.append(f"the source of module '{name}', which the cell imports, changed")
         elif kind == "settings":
             out.append(f"{name}'s settings changed (rcParams: a style, a theme or an rc value)")
         elif part == "python":

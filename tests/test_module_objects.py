@@ -132,3 +132,27 @@ def test_a_module_that_cannot_be_imported_any_more_is_said_once(tmp_path: Path) 
     assert "could not be rebuilt" in lines[0] and "execute again" in lines[0]
     assert "incomplete" not in second["cells"][0]["stderr"]
     assert "ModuleNotFoundError" in str(second["cells"][0]["error"])
+
+
+@pytest.mark.parametrize("where", ["versioned-package", "imported-in-the-cell"])
+def test_a_helpers_source_keys_the_cell_however_it_is_imported(tmp_path: Path, where: str) -> None:
+    # mglearn says __version__ = "0.2.0" whatever is edited in it; a cell that imports its
+    # helper itself reads no name holding it: both used to restore the old result
+    package = tmp_path / "vpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text('__version__ = "0.2.0"\nfrom .core import f\n')
+    if where == "versioned-package":
+        cells = [
+            "%%checkpoint imp\nimport sys\nsys.path.insert(0, '.')\nimport vpkg",
+            "%%checkpoint use\nv = vpkg.f()",
+        ]
+    else:
+        cells = [
+            "import sys\nsys.path.insert(0, '.')",
+            "%%checkpoint use\nimport vpkg as vp\nv = vp.f()",
+        ]
+    for value, expected in ((1, "executed"), (1, "restored"), (2, "executed")):
+        (package / "core.py").write_text(f"def f():\n    return {value}\n")
+        report = run_process(tmp_path, cells, {"v": "v"})
+        assert f"{expected} 'use'" in report["cells"][1]["stderr"], (value, report["cells"][1])
+        assert report["eval"]["v"] == str(value)

@@ -103,7 +103,7 @@ from . import (  # noqa: F401  (rules)
     reduce,
     rules,
 )
-from .code import globals_read, tied_to_code
+from .code import globals_read, import_version, tied_to_code
 from .core import (
     BUDGET_ENV,
     Fingerprinter,
@@ -125,6 +125,7 @@ __all__ = [
     "fingerprint",
     "fingerprint_hex",
     "globals_read",
+    "import_version",
     "register",
     "register_alias",
     "tied_to_code",
