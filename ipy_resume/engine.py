@@ -869,6 +869,8 @@ class Engine:
         finally:
             _active = outer
         duration = time.perf_counter() - started
+        for module in plan.analysis.imports:  # (seen as just loaded: see import_version)
+            import_version(module)
         return _Ran(
             result=result,
             duration=duration,

@@ -156,3 +156,24 @@ def test_a_helpers_source_keys_the_cell_however_it_is_imported(tmp_path: Path, w
         report = run_process(tmp_path, cells, {"v": "v"})
         assert f"{expected} 'use'" in report["cells"][1]["stderr"], (value, report["cells"][1])
         assert report["eval"]["v"] == str(value)
+
+
+def test_a_helper_edited_under_a_running_kernel_does_not_poison_the_next_one(
+    tmp_path: Path,
+) -> None:
+    # The kernel keeps running the helper's old code until it is reloaded: what it computes
+    # then must not be found by a kernel that runs the new code.
+    (tmp_path / "edited.py").write_text("def h():\n    return 1\n")
+    setup = "import sys\nsys.path.insert(0, '.')\nimport edited"
+    use = "%%checkpoint use\nz = edited.h()"
+    edit = "open('edited.py', 'w').write('def h():\\n    return 2000\\n')"
+    first = run_process(tmp_path, [setup, use, edit, use], {"z": "z"})
+    assert first["eval"]["z"] == "1"  # (the kernel's code is the old one)
+    assert "restored 'use'" in first["cells"][3]["stderr"], first["cells"][3]
+    fresh = run_process(tmp_path, [setup, use], {"z": "z"})
+    assert "executed 'use'" in fresh["cells"][1]["stderr"], fresh["cells"][1]
+    assert fresh["eval"]["z"] == "2000"
+    reloaded = run_process(
+        tmp_path, [setup, use, "import importlib\nimportlib.reload(edited)", use], {"z": "z"}
+    )
+    assert reloaded["eval"]["z"] == "2000"

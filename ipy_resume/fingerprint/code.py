@@ -64,7 +64,7 @@ def _package_version(module_name: str) -> str:
         # A helper module next to the notebook has no distribution to ask; going straight to
         # its source also skips a scan of every installed distribution (~0.2 s per kernel).
         # Its source, not its ``__version__`` (mglearn says 0.2.0 whatever is edited in it).
-        return _local_source_version(module) or "unknown"
+        return _loaded_source_version(module) or "unknown"
     try:
         version = getattr(module, "__version__", None)
     except Exception:
@@ -79,7 +79,7 @@ def _package_version(module_name: str) -> str:
     if cached == "unknown":
         # A helper module next to the notebook has no version: its source files stand in
         # for one, so editing it invalidates the cells that use it.
-        return _local_source_version(module) or cached
+        return _loaded_source_version(module) or cached
     return cached
 
 
@@ -134,7 +134,28 @@ def import_version(name: str) -> str | None:
         module = types.SimpleNamespace(__file__=origin)
     if not _is_local_module(module):
         return None
+    if isinstance(module, types.ModuleType):
+        return _loaded_source_version(module)
     return _local_source_version(module)
+
+
+# id(module) -> (the module, its ``__spec__`` then, the digest): the source a loaded helper
+# module was first seen with.  A helper edited while the kernel has it imported keeps running
+# its old code until it is reloaded (which gives it a new ``__spec__``): keyed by the file
+# instead, a cell run with that old code would be saved under the new source's key, and the
+# next kernel, running the new code, would restore it.
+_AS_LOADED: dict[int, tuple[object, object, str | None]] = {}
+
+
+def _loaded_source_version(module: object) -> str | None:
+    """:func:`_local_source_version` of a loaded module as it was when first seen."""
+    spec = getattr(module, "__spec__", None)
+    entry = _AS_LOADED.get(id(module))
+    if entry is not None and entry[0] is module and entry[1] is spec:
+        return entry[2]
+    version = _local_source_version(module)
+    _AS_LOADED[id(module)] = (module, spec, version)
+    return version
 
 
 def _local_source_version(module: object) -> str | None:
