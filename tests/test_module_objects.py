@@ -177,3 +177,23 @@ def test_a_helper_edited_under_a_running_kernel_does_not_poison_the_next_one(
         tmp_path, [setup, use, "import importlib\nimportlib.reload(edited)", use], {"z": "z"}
     )
     assert reloaded["eval"]["z"] == "2000"
+
+
+def test_what_is_tied_to_code_and_what_round_trips_as_a_value(tmp_path: Path) -> None:
+    import importlib
+    import json
+    import sys
+
+    from ipy_resume.fingerprint import tied_to_code
+
+    (tmp_path / "tiedmod.py").write_text("class Thing:\n    pass\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        tiedmod = importlib.import_module("tiedmod")
+        notebook_class = type("Notebook", (), {"__module__": "__main__"})
+        assert tied_to_code(json) and tied_to_code(json.dumps) and tied_to_code(tiedmod.Thing())
+        # a notebook's own objects are values: their restored fingerprints may be aliased
+        assert not tied_to_code(notebook_class()) and not tied_to_code({"a": [1]})
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("tiedmod", None)

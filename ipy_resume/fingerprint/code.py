@@ -469,7 +469,10 @@ def tied_to_code(value: object) -> bool:
         return _exported_as(
             value, getattr(value, "__module__", None), getattr(value, "__qualname__", None)
         )
-    module = sys.modules.get(getattr(type(value), "__module__", None) or "")
+    home = getattr(type(value), "__module__", None) or ""
+    if home == "__main__":  # the notebook's own class (``__main__`` is a terminal's script)
+        return False
+    module = sys.modules.get(home)
     return module is not None and _is_local_module(module)
 
 
