@@ -91,7 +91,6 @@ _IGNORED_NAMES = frozenset(
         "In",
         "Out",
         "get_ipython",
-        "display",
         "exit",
         "quit",
     }
@@ -99,7 +98,9 @@ _IGNORED_NAMES = frozenset(
 _HISTORY_NAME = re.compile(r"_i?\d+")
 # The builtins: a read of one is an input only when the namespace shadows it (see
 # CellAnalysis.builtins); the value of the builtin itself never makes a cell stale.
-_BUILTIN_NAMES = frozenset(dir(builtins)) - _IGNORED_NAMES
+# (IPython adds ``display`` to the builtins: a notebook that binds it, ``from preamble
+# import *`` binding IPython.display's, has a name of its own to store and restore)
+_BUILTIN_NAMES = (frozenset(dir(builtins)) | {"display"}) - _IGNORED_NAMES
 
 # Line magics whose argument is Python code that IPython runs in the cell's namespace:
 # ``%time x = f()`` binds ``x`` as the plain statement would, and ``%timeit

@@ -103,3 +103,17 @@ def test_a_name_an_except_clause_deleted_stays_deleted_after_a_restore(tmp_path:
     second = run_process(tmp_path, cells, checks)
     assert "restored" in _statuses(second)[1], _statuses(second)
     assert second["eval"] == first["eval"]
+
+
+def test_display_bound_by_a_star_import_is_stored_and_restored(tmp_path: Path) -> None:
+    # IPython puts display among the builtins; a notebook's own binding of it (a preamble's
+    # ``from IPython.display import display``, through ``import *``) is a name like any other
+    (tmp_path / "preamblemod.py").write_text(
+        "from IPython.display import display\nimport math\n__all__ = ['display', 'math']\n"
+    )
+    cell = "%%checkpoint pre\nimport sys\nsys.path.insert(0, '.')\nfrom preamblemod import *"
+    check = {"bound": "'display' in globals() and 'math' in globals()"}
+    first = run_process(tmp_path, [cell], check)
+    second = run_process(tmp_path, [cell], check)
+    assert "restored 'pre'" in second["cells"][0]["stderr"], second["cells"][0]
+    assert first["eval"] == second["eval"] == {"bound": "True"}
