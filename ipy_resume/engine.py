@@ -19,7 +19,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,13 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import file_deps, restoring, rng, settings
 from .analysis import AnalysisError, CellAnalysis, analyze, is_bookkeeping
 from .capture import OutputRecord
-from .fingerprint import (
-    Fingerprinter,
-    Unfingerprintable,
-    digest_bytes,
-    globals_read,
-    import_version,
-)
+from .fingerprint import Fingerprinter, Unfingerprintable, globals_read
+from .fingerprint.key import OnceFingerprinter, cell_key, describe_differences, note_imports
 from .sharing import fingerprints_of, shared_objects
 from .store import SaveError, Store, StoreError, background, location
 from .store.journal import Event
@@ -46,7 +41,6 @@ if TYPE_CHECKING:
     from .store.journal import Journal
     from .store.results import SaveResult
 
-FORMAT_VERSION = "1"
 SAVING_LINE_MIN = 32 << 20
 """A background save this large says "saving" when the cell returns, and "saved" once it is
 durable.  A smaller one is waited for up to :data:`STATUS_WAIT` seconds, so its cell says
@@ -57,7 +51,6 @@ are handed to the OS before the cell returns (staged), so a kernel that dies nex
 nothing."""
 STATUS_WAIT = 2.0
 _COMMITTED_MAX = 4096  # checkpoints an engine remembers committing (forgotten all at once)
-ABSENT = "absent"
 PREFIX = "ipy_resume: "
 
 
@@ -506,45 +499,17 @@ class Engine:
         seed = None if opts.no_seed else opts.seed
         if seed is None and not opts.no_seed:
             seed = rng.derive_seed(self.store.seed_base, opts.cell_id)
-        parts: dict[str, str] = {
-            "source": digest_bytes(analysis.normalized.encode("utf-8")).hex(),
-            "seed": "none" if seed is None else str(seed),
-            "salt": opts.salt,
-            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-            "format": FORMAT_VERSION,
-        }
-        names = analysis.reads(namespace, known or ()) | set(opts.inputs)
-        if analysis.reads_all:  # (``exec(code)``, ``globals()``: any name may be read)
-            names.update(_user_names(namespace, known or ()))
-        names -= set(opts.ignore)
-        fingerprinter = _Once()
-        digests: dict[str, bytes] = {}
-        for name in sorted(names):
-            if known is not None and name in known:
-                digests[name] = known[name]
-                parts[f"input:{name}"] = known[name].hex()
-                continue
-            if name not in namespace:
-                parts[f"input:{name}"] = ABSENT
-                continue
-            try:
-                digests[name] = fingerprinter.digest(namespace[name])
-            except Unfingerprintable as exc:
-                problem = f"input '{name}' cannot be fingerprinted: {exc}"
-                return Plan(analysis, None, parts, digests, seed, problem=problem)
-            parts[f"input:{name}"] = digests[name].hex()
-        for path in opts.deps:
-            parts[f"deps:{path}"] = file_deps.file_digest(path) or "missing"
-        for module in sorted(analysis.imports):  # (a helper module's code is the cell's too)
-            version = import_version(module)
-            if version is not None:
-                parts[f"import:{module}"] = version
-        if settings.draws(namespace[n] for n in names if n in namespace):
-            style = settings.rcparams_digest()
-            if style is not None:
-                parts["settings:matplotlib"] = style
-        key = digest_bytes(*(f"{k}={v}".encode() for k, v in sorted(parts.items()))).hex()
-        return Plan(analysis, key, parts, digests, seed)
+        made = cell_key(
+            analysis,
+            namespace,
+            seed=seed,
+            salt=opts.salt,
+            inputs=opts.inputs,
+            ignore=opts.ignore,
+            deps=opts.deps,
+            known=known,
+        )
+        return Plan(analysis, made.key, made.parts, made.digests, seed, problem=made.problem)
 
     # ---- the two paths --------------------------------------------------------------------
 
@@ -869,8 +834,7 @@ class Engine:
         finally:
             _active = outer
         duration = time.perf_counter() - started
-        for module in plan.analysis.imports:  # (seen as just loaded: see import_version)
-            import_version(module)
+        note_imports(plan.analysis)
         return _Ran(
             result=result,
             duration=duration,
@@ -909,7 +873,7 @@ class Engine:
         # One fingerprinter for every digest after the run: nothing else runs between
         # them, so what one digest found of a class, function or module (and of an object
         # bound to two names) holds for the others.
-        fingerprinter = _Once()
+        fingerprinter = OnceFingerprinter()
         names, deleted, mutated, after = self._outputs(
             namespace, plan, opts, ran.before, ran.reached, ran.starred, fingerprinter
         )
@@ -1073,7 +1037,7 @@ class Engine:
         assert plan.analysis is not None
         mutated: list[str] = []
         after: dict[str, bytes] = {}
-        fingerprinter = fingerprinter or _Once()
+        fingerprinter = fingerprinter or OnceFingerprinter()
         for name, digest in [*plan.input_digests.items(), *reached.items()]:
             if name in plan.analysis.outputs or name not in namespace:
                 continue
@@ -1149,45 +1113,6 @@ class FreshCheckpoint(file_deps.FreshFiles):
                 "the cell showed depends on them"
             )
         return not changed
-
-
-def describe_differences(old: dict[str, str], new: dict[str, str]) -> list[str]:
-    """Name each key part that differs, in words a user understands.
-
-    >>> describe_differences({"source": "a", "input:x": "1"}, {"source": "a", "input:x": "2"})
-    ["input 'x' changed"]
-    """
-    labels = {"source": "the cell's code", "seed": "the seed", "salt": "the salt"}
-    out: list[str] = []
-    for part in sorted(set(old) | set(new)):
-        before, after = old.get(part), new.get(part)
-        if before == after:
-            continue
-        kind, _, name = part.partition(":")
-        if kind == "input":
-            if before is None:
-                out.append(f"new input '{name}'")
-            elif after is None:
-                out.append(f"'{name}' is no longer an input")
-            elif after == ABSENT:
-                out.append(f"input '{name}' is not defined now")
-            else:
-                out.append(f"input '{name}' changed")
-        elif kind == "deps":
-            out.append(f"dependency file '{name}' changed")
-        elif kind == "import":
-            out.append(f"the source of module '{name}', which the cell imports, changed")
-        elif kind == "settings":
-            out.append(f"{name}'s settings changed (rcParams: a style, a theme or an rc value)")
-        elif part == "python":
-            out.append(f"the Python version changed ({before} → {after})")
-        elif part == "format":
-            out.append("the checkpoint format changed")
-        elif part == "seed":
-            out.append(f"the seed changed ({before} → {after})")
-        else:
-            out.append(f"{labels.get(part, part)} changed")
-    return out
 
 
 def summarize(value: Any) -> dict[str, Any]:
@@ -1335,7 +1260,7 @@ def _digests_of(
 ) -> dict[str, bytes]:
     """Every stored value's fingerprint, as a later cell's key would take it: what a Run All
     plan chains through when this checkpoint would be restored."""
-    fingerprinter = fingerprinter or _Once()
+    fingerprinter = fingerprinter or OnceFingerprinter()
     out: dict[str, bytes] = {}
     for name, value in values.items():
         if name in known:
@@ -1344,45 +1269,6 @@ def _digests_of(
         with contextlib.suppress(Unfingerprintable):
             out[name] = fingerprinter.digest(value)
     return out
-
-
-class _Once(Fingerprinter):
-    """A fingerprinter that digests an object bound to several names once.
-
-    For digests taken while nothing else runs (a key's inputs; a run's inputs and outputs
-    after it): the same object then has the same digest.  The objects are kept, so their
-    addresses are not reused meanwhile.
-
-    >>> fp, a = _Once(), [1]
-    >>> fp.digest(a) is fp.digest(a)
-    True
-    """
-
-    __slots__ = ("_tops",)
-
-    def __init__(self) -> None:
-        super().__init__(shared=True)  # (and a part of several values walked once)
-        self._tops: dict[int, tuple[object, bytes]] = {}
-
-    def digest(self, value: object) -> bytes:
-        if self._active:  # a registered callback's part: the traversal's own memo
-            return super().digest(value)
-        key = object.__hash__(value)
-        done = self._tops.get(key)
-        if done is not None:
-            return done[1]
-        result = super().digest(value)
-        self._tops[key] = (value, result)
-        return result
-
-
-def _user_names(namespace: Mapping[str, Any], known: Iterable[str]) -> set[str]:
-    """The notebook's own names (not IPython's bookkeeping, not private ``_`` ones)."""
-    return {
-        name
-        for name in [*namespace, *known]
-        if not name.startswith("_") and not is_bookkeeping(name)
-    }
 
 
 def _value(result: RunResult) -> Any:

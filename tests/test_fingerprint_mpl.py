@@ -417,7 +417,7 @@ def test_a_shared_memo_gives_each_value_its_own_digest() -> None:
     # The digests taken together after a run share their memo (fig and ax walk one
     # figure once); every value must still get the digest a fingerprinter of its own
     # gives, whatever was digested before it.
-    from ipy_resume.engine import _Once
+    from ipy_resume.fingerprint.key import OnceFingerprinter
 
     scene = _shared_scene()
     alone = {name: fingerprint(value) for name, value in scene.items()}
@@ -425,14 +425,14 @@ def test_a_shared_memo_gives_each_value_its_own_digest() -> None:
     names = list(scene)
     rng = np.random.default_rng(7)
     for order in (names, names[::-1], *(list(rng.permutation(names)) for _ in range(6))):
-        fp = _Once()
+        fp = OnceFingerprinter()
         together = {name: fp.digest(scene[name]) for name in order}
         assert together == alone, order
     # and a change reached only through an attached figure still shows in a shared memo
-    fp = _Once()
+    fp = OnceFingerprinter()
     before = {name: fp.digest(scene[name]) for name in names}
     scene["fig2"].axes[3].lines[0].set_color("red")
-    fp = _Once()
+    fp = OnceFingerprinter()
     after = {name: fp.digest(scene[name]) for name in ("lines", "first_bar", "twin", "fig")}
     assert after["lines"] != before["lines"] and after["twin"] != before["twin"]
     assert after["first_bar"] == before["first_bar"] and after["fig"] == before["fig"]

@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ipy_resume.analysis import analyze
 from ipy_resume.engine import CheckpointOptions, Engine
 from ipy_resume.fingerprint import digest_bytes
+from ipy_resume.fingerprint.key import KEY_SCHEMA, cell_key, describe_differences, digest_parts
 from ipy_resume.store import Store
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -96,6 +98,42 @@ def _namespace() -> dict[str, object]:
 def test_the_digest_over_the_parts_is_the_golden_one() -> None:
     assert _digest_of(GOLDEN_PARTS) == GOLDEN_KEY
     assert _digest_of(GOLDEN_KNOWN_PARTS) == GOLDEN_KNOWN_KEY
+    assert digest_parts(GOLDEN_PARTS) == GOLDEN_KEY
+    assert digest_parts(GOLDEN_KNOWN_PARTS) == GOLDEN_KNOWN_KEY
+    assert GOLDEN_PARTS["format"] == KEY_SCHEMA
+
+
+def test_the_key_module_takes_the_parts_the_engine_took(engine: Engine) -> None:
+    made = cell_key(
+        analyze(SOURCE),
+        _namespace(),
+        seed=7,
+        salt="s1",
+        inputs=["extra"],
+        ignore=["name"],
+        deps=["params.txt", "gone.txt"],
+    )
+    assert made.parts == dict(GOLDEN_PARTS, python=PYTHON)
+    assert made.key == digest_parts(made.parts) and made.problem is None
+    assert sorted(made.digests) == ["grid", "rows", "table", "x"]
+
+
+def test_an_input_that_cannot_be_fingerprinted_leaves_no_key(engine: Engine) -> None:
+    with open("params.txt") as handle:  # an open file is a handle, not a value
+        made = cell_key(analyze("y = handle.read()"), {"handle": handle}, seed=None)
+    assert made.key is None
+    assert made.problem is not None and "'handle' cannot be fingerprinted" in made.problem
+
+
+def test_the_differences_are_said_in_words() -> None:
+    new = dict(GOLDEN_PARTS, **{"input:x": "00", "input:grid": "absent", "format": "2"})
+    del new["input:rows"]
+    assert describe_differences(GOLDEN_PARTS, new) == [
+        "the checkpoint format changed",
+        "input 'grid' is not defined now",
+        "'rows' is no longer an input",
+        "input 'x' changed",
+    ]
 
 
 def test_a_fixed_cell_has_the_golden_parts_and_key(engine: Engine) -> None:
