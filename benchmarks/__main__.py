@@ -24,7 +24,9 @@ Workloads (sizes at ``--scale 1``; the issue's):
 
 Everything runs in this process tree: one worker process per workload and group
 (``benchmarks.worker``), one process per notebook run for workload 6
-(``benchmarks.notebook``). Results: ``benchmarks/results/<name>.json`` and ``.png``.
+(``benchmarks.notebook``). Results: ``benchmarks/results/wN.json`` for each workload run
+(the latest of each is kept), and from all of them ``docs/performance.md`` and its chart
+(:mod:`benchmarks.performance`).
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import notebook, report
+from benchmarks import notebook, performance, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
 ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"]
 RESULTS = Path(__file__).resolve().parent / "results"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
 SLOW_S = 20.0
 """A peer whose run after restart takes longer than this is measured once (time budget)."""
 
@@ -245,7 +248,11 @@ def machine(workdir: Path) -> dict[str, Any]:
 
 
 def noise(samples: dict[str, Any]) -> dict[str, float]:
-    """Spread of the floors across repetitions: (max - min) / median, per floor."""
+    """Spread of the floors across repetitions: (max - min) / median, per floor.
+
+    >>> noise({"3": {"baseline": {"xxh3_s": [1.0, 1.5, 1.0]}}})
+    {'W3 xxh3_s': 0.5}
+    """
     out = {}
     for workload, metric in (
         ("1", "write_fsync_s"),
@@ -260,18 +267,42 @@ def noise(samples: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def replot(path: Path) -> int:
-    """Table, summary and chart of an earlier run, from its JSON (samples are kept as is)."""
-    result = json.loads(path.read_text())
-    result["summary"] = report.summarize(result["samples"], result.get("notes"))
-    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(report.table(result["summary"]))
-    title = (
-        f"ipy_resume benchmarks, scale {result['scale']:g}, {result['repeat']} repetitions, "
-        f"{result['created']}"
-    )
-    report.chart(result["summary"], path.with_suffix(".png"), title)
+def replot(results: Path, page: Path, chart: bool) -> int:
+    """No run: the summaries of the saved results again, then the page and its chart."""
+    for workload in ALL:
+        path = performance.result_path(results, workload)
+        if not path.is_file():
+            continue
+        result = json.loads(path.read_text())
+        result["summary"] = report.summarize(result["samples"], result.get("notes"))
+        path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"page in {performance.write(results, page, ALL, chart)}")
     return 0
+
+
+def save(
+    results: Path,
+    workload: str,
+    common: dict[str, Any],
+    samples: Any,
+    notes: Any,
+    load: list[list[float]],
+) -> Path:
+    """Write ``wN.json``: this run's samples, notes and summary of one workload."""
+    one = {workload: samples}
+    one_notes = {workload: notes}
+    result = {
+        **common,
+        "machine": {**common["machine"], "loadavg_during": load},
+        "workload": workload,
+        "noise": noise(one),
+        "summary": report.summarize(one, one_notes),
+        "samples": one,
+        "notes": one_notes,
+    }
+    path = performance.result_path(results, workload)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,9 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         "and writes ~20 GB, so it is left out of the default run)",
     )
     parser.add_argument(
-        "--name", default="", help="result file name (default: bench / bench-scale-S)"
+        "--results", type=Path, default=RESULTS, help="folder for the wN.json results"
     )
-    parser.add_argument("--results", type=Path, default=RESULTS, help="folder for JSON and PNG")
+    parser.add_argument(
+        "--page",
+        type=Path,
+        default=None,
+        help="the page rendered from the results (default: docs/performance.md for the "
+        "default results folder, else performance.md in the results folder)",
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -312,13 +349,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument(
         "--replot",
-        type=Path,
-        metavar="JSON",
-        help="no run: recompute the table and chart of a saved result file",
+        action="store_true",
+        help="no run: recompute the summaries of the saved results, the page and its chart",
     )
     args = parser.parse_args(argv)
-    if args.replot is not None:
-        return replot(args.replot)
+    argv = sys.argv[1:] if argv is None else argv
+    if args.page is None:
+        same = args.results.resolve() == RESULTS
+        args.page = PAGE if same else args.results / "performance.md"
+    if args.replot:
+        return replot(args.results, args.page, not args.no_chart)
     if args.kishu_repeat is None:
         args.kishu_repeat = 1
     wanted = [w.strip() for w in args.only.split(",") if w.strip()] or ALL
@@ -335,7 +375,6 @@ def main(argv: list[str] | None = None) -> int:
     compileall.compile_dir(Path(ipy_resume.__file__).parent, quiet=1)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ipy_resume-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    name = args.name or ("bench" if args.scale == 1.0 else f"bench-scale-{args.scale:g}")
     info = machine(workdir)
     log(
         f"ipy_resume benchmarks: scale {args.scale:g}, {args.repeat} repetitions, "
@@ -344,13 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     samples: dict[str, Any] = {}
     notes: dict[str, Any] = {}
-    load: list[list[float]] = []
+    load: dict[str, list[list[float]]] = {}  # workload -> load averages after each of its parts
     try:
         for workload in wanted:
             if workload == "6":
                 data = workload6(args, workdir)
                 samples["6"], notes["6"] = data["samples"], data["notes"]
-                load.append(list(os.getloadavg()))
+                load.setdefault(workload, []).append(list(os.getloadavg()))
                 continue
             from benchmarks.workloads import WORKLOADS
 
@@ -363,55 +402,43 @@ def main(argv: list[str] | None = None) -> int:
                 merged.update(data.get("samples", {}))
                 for key, value in data.get("notes", {}).items():
                     merged_notes.setdefault(key, []).extend(value)
-                load.append(list(os.getloadavg()))
+                load.setdefault(workload, []).append(list(os.getloadavg()))
             samples[workload], notes[workload] = merged, merged_notes
     finally:
         if args.workdir is None:
             rmtree(workdir)
-    info["loadavg_during"] = load
+    info["loadavg_during"] = [sample for w in wanted for sample in load.get(w, [])]
     info["loadavg_end"] = list(os.getloadavg())
     info["elapsed_s"] = time.perf_counter() - started
     summary = report.summarize(samples, notes)
-    text = report.table(summary)
-    result = {
+    common = {
+        "argv": argv,
         "scale": args.scale,
         "repeat": args.repeat,
         "workloads": wanted,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": info,
-        "noise": noise(samples),
-        "summary": summary,
-        "samples": samples,
-        "notes": notes,
     }
     args.results.mkdir(parents=True, exist_ok=True)
-    json_path = args.results / f"{name}.json"
-    json_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(text)
+    paths = [
+        save(args.results, w, common, samples[w], notes.get(w, {}), load.get(w, []))
+        for w in wanted
+        if w in samples
+    ]
+    print(report.table(summary))
     print()
     for workload, by_system in notes.items():
         for system, items in by_system.items():
             for item in items:
                 print(f"note W{workload} {system}: {item.splitlines()[0][:300]}")
-    spread = ", ".join(f"{k} {v * 100:.0f}%" for k, v in result["noise"].items())
+    spread = ", ".join(f"{k} {v * 100:.0f}%" for k, v in noise(samples).items())
     print(
         f"\nmachine: {info.get('cpus')} CPUs, {info.get('mem_total_gb')} GB, load average "
         f"{info['loadavg_start'][0]:.1f} at start, {info['loadavg_end'][0]:.1f} at end; "
         f"spread of the floors (max-min)/median: {spread or 'n/a'}"
     )
-    print(f"elapsed {info['elapsed_s'] / 60:.1f} min; results in {json_path}")
-    if not args.no_chart:
-        try:
-            png = args.results / f"{name}.png"
-            report.chart(
-                summary,
-                png,
-                f"ipy_resume benchmarks, scale {args.scale:g}, "
-                f"{args.repeat} repetitions, {result['created']}",
-            )
-            print(f"chart in {png}")
-        except ImportError:
-            print("matplotlib is not installed: no chart (pip install -e '.[bench]')")
+    print(f"elapsed {info['elapsed_s'] / 60:.1f} min; results in {', '.join(map(str, paths))}")
+    print(f"page in {performance.write(args.results, args.page, ALL, not args.no_chart)}")
     failed = any("error" in by_system or "stderr" in by_system for by_system in notes.values())
     return 1 if failed else 0
 

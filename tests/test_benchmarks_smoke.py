@@ -36,8 +36,6 @@ def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
             "1,2,3,5,6",
             "--no-kishu",
             "--no-chart",
-            "--name",
-            "smoke",
             "--results",
             str(tmp_path / "results"),
             "--workdir",
@@ -51,8 +49,16 @@ def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "## Targets" in proc.stdout and "## Against the peers" in proc.stdout
-    result = json.loads((tmp_path / "results" / "smoke.json").read_text())
-    samples = result["samples"]
+    results = tmp_path / "results"
+    # one file per workload, named by it; its samples are that workload's alone
+    assert sorted(p.name for p in results.glob("*.json")) == sorted(
+        f"w{w}.json" for w in ("1", "2", "3", "5", "6")
+    )
+    samples = {
+        w: json.loads((results / f"w{w}.json").read_text())["samples"][w]
+        for w in ("1", "3", "5", "6")
+    }
+    result = json.loads((results / "w6.json").read_text())
     ours = samples["1"]["ipy_resume"]
     assert ours["miss_s"] and ours["hit_s"] and ours["written_bytes"][0] > 0
     # re-checkpointing unchanged data writes only the manifest
@@ -61,8 +67,15 @@ def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     assert len(samples["5"]["ipy_resume"]["hit_overhead_s"]) == 20
     assert samples["6"]["ipy_resume"]["again_s"] and samples["6"]["plain"]["again_s"]
     assert not result["notes"]["6"].get("ipy_resume"), result["notes"]["6"]
-    names = {t["name"] for t in result["summary"]["targets"]}
+    assert result["argv"][:2] == ["--scale", "0.0001"]
+    w1 = json.loads((results / "w1.json").read_text())
+    names = {t["name"] for t in w1["summary"]["targets"]}
     assert any(name.startswith("W1 save") for name in names)
+    # a run written elsewhere renders its page there, never over docs/performance.md
+    page = (results / "performance.md").read_text()
+    assert "## W1: " in page and "save of a 1 GB array" in page
+    assert 'No result yet: `make bench BENCH_ARGS="--only 4"`' in page
+    assert 'BENCH_ARGS="--scale 0.0001 --repeat 1' in page
 
 
 @pytest.mark.timeout(300)
@@ -83,8 +96,6 @@ def test_restore_after_a_crash_runs_in_fresh_processes_at_tiny_scale(tmp_path: P
             "--only",
             "12",
             "--no-chart",
-            "--name",
-            "smoke12",
             "--results",
             str(tmp_path / "results"),
             "--workdir",
@@ -98,7 +109,7 @@ def test_restore_after_a_crash_runs_in_fresh_processes_at_tiny_scale(tmp_path: P
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "## W12 restore as after a crash" in proc.stdout
-    result = json.loads((tmp_path / "results" / "smoke12.json").read_text())
+    result = json.loads((tmp_path / "results" / "w12.json").read_text())
     samples = result["samples"]["12"]
     assert len(samples["ipy_resume"]["restore_s"]) == len(samples["baseline"]["np_load_s"]) == 2
     assert not result["notes"]["12"], result["notes"]["12"]  # each restore hit, and was mapped
