@@ -9,9 +9,14 @@ TEST_WORKERS ?= 2
 
 .PHONY: setup demo test lint typecheck unit lab bench clean
 
+# The torch tests run in CI: torch is pinned to one release so that pip takes that file
+# (a plain `pip install torch` picks the newest, a multi-GB CUDA build on Linux).
+TORCH ?= torch==2.13.0
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet '$(TORCH)'
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 

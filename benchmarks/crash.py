@@ -27,12 +27,10 @@ import argparse
 import json
 import math
 import os
-import subprocess
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.harness import log, median
+from benchmarks.harness import child_json, log, median
 
 if TYPE_CHECKING:
     from benchmarks.workloads import Ctx
@@ -51,17 +49,7 @@ def repeats(requested: int) -> int:
 
 
 def _child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.crash", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(args[:1])} failed: {proc.stderr[-1500:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
+    result: dict[str, Any] = child_json("benchmarks.crash", args, env, timeout=600)
     return result
 
 

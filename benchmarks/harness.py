@@ -329,3 +329,25 @@ def use_store(path: Path) -> None:
 
 def log(text: str) -> None:
     print(text, file=sys.__stderr__, flush=True)
+
+
+def child_json(module: str, args: list[str], env: dict[str, str], timeout: float = 600) -> Any:
+    """Run ``python -m MODULE ARGS...`` in a fresh process; the last JSON line it printed.
+
+    >>> child_json("benchmarks.crash", ["npload", "--path", "a.npy"], env)  # doctest: +SKIP
+    {'seconds': 0.16, ...}
+    """
+    import json
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(args[:2])} failed: {proc.stderr[-1500:]}")
+    return json.loads(lines[-1])

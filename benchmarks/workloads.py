@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import baselines, batch, corpus, crash, graphs, peers, s3
+from benchmarks import baselines, batch, corpus, crash, graphs, peers, s3, torch_bench
 from benchmarks.harness import (
     BenchError,
     Probe,
@@ -726,4 +726,5 @@ WORKLOADS: dict[str, dict[str, Callable[[Ctx], None]]] = {
     "10": {"main": batch.workload},
     "11": {"main": s3.workload},
     "12": {"main": crash.workload},
+    "13": {"main": torch_bench.workload},
 }

@@ -78,6 +78,7 @@ class CheckpointOptions:
     # store only when the run took at least this long (auto mode); faster runs are not saved
     min_seconds: float | None = None
     label: str | None = None  # how status lines name the cell (auto mode: its first line)
+    map_location: str | None = None  # restore torch tensors on this device (magics applies it)
 
     @property
     def shown(self) -> str:

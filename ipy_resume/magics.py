@@ -24,7 +24,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import cli, comm, reports
+from . import cli, comm, reports, torch_support
 from .analysis import first_line
 from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
@@ -377,6 +377,11 @@ class CheckpointMagics(Magics):
     @argument("--explain", action="store_true", help="on a miss, say which part of the key changed")
     @argument("--quiet", action="store_true", help="no status line on a hit or a save")
     @argument(
+        "--map-location",
+        metavar="DEVICE",
+        help="restore torch tensors on DEVICE (e.g. cpu) instead of the device they were saved on",
+    )
+    @argument(
         "--min-seconds",
         type=float,
         default=None,
@@ -432,7 +437,8 @@ class CheckpointMagics(Magics):
         engine.last_outcome = None
         cell = comm.current_cell_id(self.shell)
         try:
-            return engine.run(self.shell.user_ns, source, opts, host)
+            with torch_support.mapped_to(opts.map_location):
+                return engine.run(self.shell.user_ns, source, opts, host)
         finally:
             if engine.last_outcome is not None:
                 comm.push_outcome(self.shell, engine, opts, engine.last_outcome, cell)
@@ -515,6 +521,7 @@ class CheckpointMagics(Magics):
             "explain": args.explain,
             "quiet": args.quiet,
             "min_seconds": args.min_seconds,
+            "map_location": args.map_location,
         }
 
     def _line(self, line: str) -> None:

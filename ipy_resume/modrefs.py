@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+import warnings
 from typing import Any
 
 __all__ = ["import_attribute", "lookup"]
@@ -62,7 +63,17 @@ def _index_modules() -> None:
 
     Incremental, because a cell that imports anything grows ``sys.modules`` and a full
     scan of two thousand modules costs tens of milliseconds.
+
+    Quietly: reading a module's objects is not the user using them, and some warn when
+    their class is read (``torch.distributed.reduce_op`` printed a FutureWarning in the
+    user's cell).
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _index_new_modules()
+
+
+def _index_new_modules() -> None:
     global _indexed_modules
     main = sys.modules.get("__main__")
     exact, skip = _NOT_MODULE_EXACT, _NOT_MODULE_OBJECTS  # (locals: read 80,000 times)

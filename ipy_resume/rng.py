@@ -2,8 +2,12 @@
 
 A checkpoint hit must leave the generators exactly where an execution would
 have left them, otherwise the cells after it draw different numbers. Only the
-*global* generators need this: a ``numpy.random.Generator`` held in a variable
-is a value and travels with the other values.
+*global* generators need this: a ``numpy.random.Generator`` or a ``torch.Generator``
+held in a variable is a value and travels with the other values.
+
+torch (only when the process imported it): the CPU generator always; the CUDA
+generators of every device once CUDA is initialised (``torch.cuda.get_rng_state_all``),
+put back on a machine with as many devices.
 """
 
 from __future__ import annotations
@@ -76,7 +80,24 @@ def snapshot(seeded: int | None = None) -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None:
         state["torch"] = torch.get_rng_state().numpy().copy()
+        cuda = _cuda_states(torch)
+        if cuda is not None:
+            state["torch_cuda"] = cuda
     return state
+
+
+def _cuda_states(torch: Any) -> list[np.ndarray] | None:
+    """The state of every CUDA device's generator, once CUDA is initialised (else None:
+    asking would initialise it, which costs seconds and a device context per GPU).
+
+    Untested on a GPU: no CUDA machine has run it."""
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is None or not cuda.is_initialized():
+            return None
+        return [s.numpy().copy() for s in cuda.get_rng_state_all()]
+    except (RuntimeError, AttributeError):
+        return None
 
 
 _python_seeded: tuple[int, tuple[Any, ...]] | None = None  # (seed, state) of seed_all's
@@ -194,6 +215,19 @@ def restore(state: dict[str, Any]) -> None:
     torch = sys.modules.get("torch")
     if "torch" in state and torch is not None:
         torch.set_rng_state(torch.from_numpy(np.asarray(state["torch"], dtype=np.uint8)))
+    cuda_states = state.get("torch_cuda")
+    if cuda_states and torch is not None and _cuda_available(torch, len(cuda_states)):
+        torch.cuda.set_rng_state_all(
+            [torch.from_numpy(np.asarray(s, dtype=np.uint8)) for s in cuda_states]
+        )
+
+
+def _cuda_available(torch: Any, devices: int) -> bool:
+    """True when this machine has the *devices* CUDA devices a state was taken on."""
+    try:
+        return bool(torch.cuda.is_available()) and torch.cuda.device_count() == devices
+    except (RuntimeError, AttributeError):
+        return False
 
 
 def _as_python_state(value: Any) -> tuple[Any, ...]:

@@ -151,7 +151,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     (
         "foundations",
         {"units", "version", "modrefs", "analysis", "capture", "settings", "file_deps", "rng"}
-        | {"fingerprint", "pages"},
+        | {"fingerprint", "pages", "torch_support"},
     ),
     ("store", {"store"}),
     (

@@ -23,6 +23,9 @@ Every digest hashes a type tag followed by a body that is injective for that tag
   F-contiguous array is hashed in memory order with an ``F`` flag and therefore differs from
   its C-ordered copy (comparing them would need a transposing copy).  Object arrays recurse
   element by element.
+* torch tensors (only when torch is already imported): dtype, shape, strides, storage offset,
+  device, ``requires_grad``, gradient and the raw bytes of their storage, hashed in place
+  once per storage (:mod:`.torch_rules`); a ``torch.Generator`` by its state.
 * pandas objects (only when pandas is already imported): labels, index and column values;
   Arrow-backed columns (pandas' ``str`` dtype, ``ArrowDtype``) and pyarrow arrays are hashed
   from their Arrow buffers, the same however they are chunked or sliced (:mod:`.arrow_rules`);
@@ -86,7 +89,7 @@ Extending
 ---------
 :func:`register` adds fingerprints for further types.  The built-in rules live in the
 submodules :mod:`.containers`, :mod:`.code`, :mod:`.reduce`, :mod:`.numpy_rules`,
-:mod:`.pandas_rules`, :mod:`.arrow_rules` and :mod:`.rules`, each a set of *handlers*
+:mod:`.pandas_rules`, :mod:`.arrow_rules`, :mod:`.torch_rules` and :mod:`.rules`, each a set of *handlers*
 ``handler(fingerprinter, value) -> bytes`` added to the table in :mod:`.core` with
 :func:`~.core.add_exact` (exact types) or :func:`~.core.add_provider` (a function from a type
 to a rule, consulted in order, only while the library it requires is imported).
@@ -102,6 +105,7 @@ from . import (  # noqa: F401  (rules)
     pandas_rules,
     reduce,
     rules,
+    torch_rules,
 )
 from .code import globals_read, import_version, tied_to_code
 from .core import (

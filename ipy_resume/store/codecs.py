@@ -66,7 +66,7 @@ import cloudpickle
 import numpy as np
 
 from ipy_resume import modrefs
-from ipy_resume.store import pandas_cow
+from ipy_resume.store import pandas_cow, tensor_codec
 
 __all__ = [
     "ARRAY_BLOB_MIN",
@@ -504,9 +504,15 @@ class _Pickler(cloudpickle.CloudPickler):
         self.dispatch_table = {**copyreg.dispatch_table, **self._dispatch_table}
         # pandas' block managers, written with the blocks copy-on-write shares copied
         self.managers = pandas_cow.manager_types() if pandas_cow.active() else frozenset()
+        # torch's tensors and storages (empty until torch is imported): see tensor_codec
+        self.by_type = tensor_codec.reducers()
         super().__init__(*args, **kwargs)
 
     def reducer_override(self, obj: Any) -> Any:
+        if self.by_type:
+            reduce = self.by_type.get(type(obj))
+            if reduce is not None and (reduced := reduce(obj)) is not None:
+                return reduced
         if type(obj) is np.ndarray:
             dt = obj.dtype
             if not dt.isnative and not dt.hasobject:
