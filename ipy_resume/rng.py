@@ -13,7 +13,9 @@ put back on a machine with as many devices.
 from __future__ import annotations
 
 import array
+import contextlib
 import functools
+import importlib.abc
 import random
 import sys
 from typing import Any
@@ -38,7 +40,8 @@ def derive_seed(seed_base: int, cell_id: str) -> int:
 
 
 def seed_all(seed: int) -> None:
-    """Seed ``random``, numpy's global generator and, if already imported, torch.
+    """Seed ``random``, numpy's global generator and torch (now if it is imported, else
+    when the cell imports it).
 
     >>> seed_all(3); a = random.random(); seed_all(3); a == random.random()
     True
@@ -50,6 +53,68 @@ def seed_all(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
+    else:
+        _seed_torch_on_import(seed)
+
+
+class _SeedTorchOnImport(importlib.abc.MetaPathFinder):
+    """Seeds torch right after its import, when a seeded cell imports it.
+
+    A notebook's training cell usually imports torch itself: seeded only when it was
+    imported before the cell, its data, initial weights and shuffling differed on every
+    run, and a loop resumed after a crash rebuilt other data than it had trained on.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _SeedingLoader(spec.loader, self.seed)  # type: ignore[assignment]
+        return spec
+
+
+class _SeedingLoader:
+    """The loader of torch, seeding it once it has run; gone from the module before then."""
+
+    def __init__(self, inner: Any, seed: int) -> None:
+        self.inner = inner
+        self.seed = seed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def exec_module(self, module: Any) -> None:
+        module.__loader__ = self.inner
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.inner
+        self.inner.exec_module(module)
+        module.manual_seed(self.seed)
+
+
+_on_import: _SeedTorchOnImport | None = None
+
+
+def _seed_torch_on_import(seed: int | None) -> None:
+    """Seed torch with *seed* when it is next imported (None: no longer)."""
+    global _on_import
+    if _on_import is not None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(_on_import)
+        _on_import = None
+    if seed is not None:
+        _on_import = _SeedTorchOnImport(seed)
+        sys.meta_path.insert(0, _on_import)
 
 
 def snapshot(seeded: int | None = None) -> dict[str, Any]:
@@ -67,6 +132,7 @@ def snapshot(seeded: int | None = None) -> dict[str, Any]:
     >>> state = snapshot(); x = random.random(); restore(state); x == random.random()
     True
     """
+    _seed_torch_on_import(None)  # (the cell is over: a later import is not its own)
     fresh = None if seeded is None else _numpy_state_if_fresh(seeded % _NUMPY_SEED_MODULUS)
     numpy_state = np.random.get_state(legacy=False) if fresh is None else fresh
     python_state = random.getstate()

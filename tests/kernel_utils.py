@@ -50,6 +50,11 @@ class Kernel:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
 
+    def restart(self) -> None:
+        """Start the kernel process again (after it died) and wait until it answers."""
+        self.manager.restart_kernel(now=True)
+        self.client.wait_for_ready(timeout=120)
+
     @property
     def pid(self) -> int:
         provisioner = self.manager.provisioner

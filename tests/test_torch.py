@@ -19,6 +19,7 @@ RUNNER = Path(__file__).with_name("shell_runner.py")
 
 def run_process(tmp_path: Path, cells: list[str], evals: dict[str, str]) -> dict[str, Any]:
     """*cells* in a fresh IPython process sharing this test's store; its report."""
+    tmp_path.mkdir(exist_ok=True)
     job = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
     job.write_text(json.dumps({"cells": cells, "eval": evals}))
     proc = subprocess.run(
@@ -245,3 +246,18 @@ def test_a_notebook_importing_torch_sees_no_deprecation_warning_of_ours(tmp_path
     report = run_process(tmp_path, cells, {})
     for one in report["cells"]:
         assert "FutureWarning" not in one["stderr"] and "deprecated" not in one["stderr"], one
+
+
+# ---- random numbers -------------------------------------------------------------------------
+
+
+def test_a_seeded_cell_that_imports_torch_draws_the_same_numbers_in_every_store(
+    tmp_path: Path,
+) -> None:
+    cell = "%%checkpoint draw --seed 5\nimport torch\nv = torch.rand(3).tolist()"
+    after = "w = torch.rand(3).tolist()"  # not seeded again: the stream goes on
+    one = run_process(tmp_path / "a", [cell, after], {"v": "v", "w": "w"})
+    two = run_process(tmp_path / "b", [cell, after], {"v": "v", "w": "w"})
+    assert one["eval"] == two["eval"] and one["eval"]["v"] != one["eval"]["w"]
+    plain = run_process(tmp_path / "c", ["import torch\nv = torch.rand(3).tolist()"], {"v": "v"})
+    assert plain["eval"]["v"] != one["eval"]["v"]
