@@ -36,10 +36,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MEMO_MIN", "active", "digest", "remember", "track"]
+__all__ = ["MEMO_MIN", "RAW_TAG", "active", "digest", "remember", "track"]
 
 MEMO_MIN = 1 << 20
 """Ranges smaller than this are hashed every time: hashing them costs about as much as the check."""
+RAW_TAG = b"raw\0"
+"""The tag of a range's plain xxh3_128 digest (nothing else mixed in): a verified blob's own
+checksum, remembered when it is mapped, which a torch storage restored over it is keyed by."""
 
 _PAGE = mmap.PAGESIZE
 _PRESENT, _SWAPPED, _FILE = 1 << 63, 1 << 62, 1 << 61

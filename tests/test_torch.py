@@ -186,6 +186,22 @@ def test_large_storages_are_raw_blobs_mapped_copy_on_write(tmp_path: Path) -> No
     assert float(again["eval"]["sum"]) == float(sum(range(2_000_000)))
 
 
+def test_a_restored_storage_keys_the_cells_after_it_without_being_hashed_again(
+    tmp_path: Path,
+) -> None:
+    big = counted("big", "import torch\nw = torch.arange(2_000_000, dtype=torch.float32)")
+    use = counted("use", "total = float(w.double().sum())")
+    run_process(tmp_path, [big, use], {})
+    probe = (
+        "from ipy_resume import pages\n"
+        "s = w.untyped_storage()\n"
+        "known = pages.digest(s.data_ptr(), s.nbytes(), pages.RAW_TAG, lambda: b'?' * 16)"
+    )
+    report = run_process(tmp_path, [big, probe, use], {"known": "known != b'?' * 16"})
+    assert (runs(tmp_path, "big"), runs(tmp_path, "use")) == (1, 1)  # both restored
+    assert report["eval"]["known"] == "True"  # the blob's verified checksum stood for it
+
+
 def test_tensors_outside_the_raw_path_still_round_trip() -> None:
     from ipy_resume.store import codecs
 

@@ -58,18 +58,22 @@ def _c_storage(fp: Fingerprinter, storage: Any) -> bytes:
     if device.type not in torch_support.DEVICE_TYPES:
         return c_reduce(fp, storage)
     nbytes = storage.nbytes()
-    tag = b"torch.UntypedStorage\0" + str(device).encode() + b"\0" + pack_u64(nbytes)
 
-    def compute() -> bytes:
-        hasher = xxhash.xxh3_128(tag)
+    def raw() -> bytes:
+        hasher = xxhash.xxh3_128()
         for chunk in torch_support.host_chunks(storage):
             hasher.update(chunk.data)
         return hasher.digest()
 
     if device.type == "cpu" and nbytes >= pages.MEMO_MIN and pages.active():
-        # a restored storage mapped from the store: hashed again only if a page was written
-        return pages.digest(storage.data_ptr(), nbytes, tag, compute)
-    return compute()
+        # a restored storage mapped from the store: its blob's checksum, verified when it was
+        # mapped, and hashed again only once a page of it is written
+        inner = pages.digest(storage.data_ptr(), nbytes, pages.RAW_TAG, raw)
+    else:
+        inner = raw()
+    return hash128(
+        b"torch.UntypedStorage\0" + str(device).encode() + b"\0" + pack_u64(nbytes) + inner
+    )
 
 
 def _c_generator(fp: Fingerprinter, g: Any) -> bytes:

@@ -618,8 +618,13 @@ class BlobStore:
             weakref.finalize(mm, _map_released)
             # so a fingerprint of what it holds is not hashed again while no page is written
             pages.track(mm, path, st)
+            mapped = np.frombuffer(mm, dtype=np.uint8)
+            if algo == XXH3:
+                # the bytes' own digest, just verified: what a fingerprint of a torch storage
+                # restored over them hashes (see pages.RAW_TAG), not hashed a second time
+                pages.remember(mapped.ctypes.data, size, pages.RAW_TAG, bytes.fromhex(checksum))
             counted = False
-            return np.frombuffer(mm, dtype=np.uint8)
+            return mapped
         finally:
             if counted:
                 _map_released()
