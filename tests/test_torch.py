@@ -277,3 +277,14 @@ def test_a_seeded_cell_that_imports_torch_draws_the_same_numbers_in_every_store(
     assert one["eval"] == two["eval"] and one["eval"]["v"] != one["eval"]["w"]
     plain = run_process(tmp_path / "c", ["import torch\nv = torch.rand(3).tolist()"], {"v": "v"})
     assert plain["eval"]["v"] != one["eval"]["v"]
+
+
+def test_ipy_resume_never_imports_torch_itself(tmp_path: Path) -> None:
+    cells = [
+        counted("arrays", "import numpy as np\na = np.ones(100_000)\nb = [a, {'x': 1}]"),
+        "import sys\nloaded = 'torch' in sys.modules",
+    ]
+    first = run_process(tmp_path, cells, {"loaded": "loaded"})
+    again = run_process(tmp_path, cells, {"loaded": "loaded"})  # restored this time
+    assert runs(tmp_path, "arrays") == 1
+    assert first["eval"]["loaded"] == again["eval"]["loaded"] == "False"

@@ -62,7 +62,7 @@ def _c_storage(fp: Fingerprinter, storage: Any) -> bytes:
     def raw() -> bytes:
         hasher = xxhash.xxh3_128()
         for chunk in torch_support.host_chunks(storage):
-            hasher.update(chunk.data)
+            hasher.update(chunk)
         return hasher.digest()
 
     if device.type == "cpu" and nbytes >= pages.MEMO_MIN and pages.active():
