@@ -288,3 +288,18 @@ def test_ipy_resume_never_imports_torch_itself(tmp_path: Path) -> None:
     again = run_process(tmp_path, cells, {"loaded": "loaded"})  # restored this time
     assert runs(tmp_path, "arrays") == 1
     assert first["eval"]["loaded"] == again["eval"]["loaded"] == "False"
+
+
+def test_a_grad_scaler_comes_back_with_its_state() -> None:
+    from ipy_resume.store import codecs
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+    m = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    scaler.scale(m(torch.ones(4)).sum()).backward()
+    scaler.step(opt)
+    scaler.update()  # (growth_interval 1: the scale doubles)
+    group = codecs.pickle_group({"scaler": scaler, "opt": opt})
+    back = codecs.unpickle_group(group.stream, group.buffers, lambda tok: None)
+    assert back["scaler"].state_dict() == scaler.state_dict()
+    assert back["scaler"].get_scale() == 2048.0
