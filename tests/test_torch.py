@@ -164,6 +164,25 @@ def test_model_optimizer_and_views_come_back_shared_and_the_optimizer_steps_them
     assert third["eval"] == first["eval"]
 
 
+def test_an_optimizer_checkpointed_apart_from_its_model_still_holds_its_parameters(
+    tmp_path: Path,
+) -> None:
+    cells = [
+        "import torch",
+        counted("model", "m = torch.nn.Linear(512, 512)"),
+        counted(
+            "train",
+            "opt = torch.optim.Adam(m.parameters())\nm(torch.ones(512)).sum().backward()\nopt.step()",
+        ),
+        "same = opt.param_groups[0]['params'][0] is m.weight\nkeyed = set(opt.state) == set(m.parameters())",
+    ]
+    evals = {"same": "same", "keyed": "keyed"}
+    assert run_process(tmp_path, cells, evals)["eval"] == {"same": "True", "keyed": "True"}
+    again = run_process(tmp_path, cells, evals)
+    assert (runs(tmp_path, "model"), runs(tmp_path, "train")) == (1, 1)  # both restored
+    assert again["eval"] == {"same": "True", "keyed": "True"}
+
+
 def test_large_storages_are_raw_blobs_mapped_copy_on_write(tmp_path: Path) -> None:
     cell = counted("big", "import torch\nw = torch.arange(2_000_000, dtype=torch.float32)")
     run_process(tmp_path, [cell], {})
