@@ -268,6 +268,26 @@ def test_a_cuda_checkpoint_on_a_cpu_only_machine(tmp_path: Path) -> None:
     assert "--map-location cpu" in said[0]
 
 
+def test_the_device_digest_sees_every_word_and_the_tail() -> None:
+    # written for GPU memory; the same torch operations run here on the CPU
+    from ipy_resume.torch_support import device_digest
+
+    base = torch.arange(1001, dtype=torch.float32)  # 4004 bytes: 500 words and a tail of 4
+    digest = device_digest(base.untyped_storage())
+    assert digest == device_digest(base.clone().untyped_storage())
+    for index in (0, 500, 1000):
+        changed = base.clone()
+        changed[index] += 1
+        assert device_digest(changed.untyped_storage()) != digest, index
+    top = torch.zeros(4, dtype=torch.int64)
+    flipped = top.clone()
+    flipped[2] = -(2**63)  # only the highest bit of one word
+    assert device_digest(top.untyped_storage()) != device_digest(flipped.untyped_storage())
+    assert device_digest(torch.zeros(2).untyped_storage()) != device_digest(
+        torch.zeros(3).untyped_storage()
+    )
+
+
 # ---- no noise -------------------------------------------------------------------------------
 
 

@@ -8,8 +8,8 @@ size and bytes, hashed with xxh3 once per fingerprint however many tensors view 
 in place on the CPU (no copy, no pickling).  A restored storage that is still the
 unwritten map of its blob is not hashed again (see :mod:`ipy_resume.pages`).
 
-A storage on a CUDA or MPS device is read through host copies of 64 MB at a time
-(untested on a GPU: no CUDA or MPS machine has run it).
+A storage on a CUDA or MPS device is digested on the device (:func:`torch_support.device_digest`:
+16 bytes cross to the host), untested on a GPU: no CUDA or MPS machine has run it.
 
 A ``torch.Generator`` the notebook holds is digested from its device and state, so drawing
 from it changes the value, like numpy's ``Generator``; torch's default generator is
@@ -60,12 +60,11 @@ def _c_storage(fp: Fingerprinter, storage: Any) -> bytes:
     nbytes = storage.nbytes()
 
     def raw() -> bytes:
-        hasher = xxhash.xxh3_128()
-        for chunk in torch_support.host_chunks(storage):
-            hasher.update(chunk)
-        return hasher.digest()
+        return xxhash.xxh3_128(torch_support.memory_of(storage)).digest()
 
-    if device.type == "cpu" and nbytes >= pages.MEMO_MIN and pages.active():
+    if device.type != "cpu":
+        inner = torch_support.device_digest(storage)  # on the device (untested on a GPU)
+    elif nbytes >= pages.MEMO_MIN and pages.active():
         # a restored storage mapped from the store: its blob's checksum, verified when it was
         # mapped, and hashed again only once a page of it is written
         inner = pages.digest(storage.data_ptr(), nbytes, pages.RAW_TAG, raw)
