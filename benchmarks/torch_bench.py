@@ -129,7 +129,8 @@ def digest(named: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def _child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """One process of this workload (``first``, ``restore``, ...): what it printed, as JSON."""
     result: dict[str, Any] = child_json("benchmarks.torch_bench", args, env, timeout=1800)
     return result
 
@@ -149,7 +150,7 @@ def workload(ctx: Ctx) -> None:
         folder = ctx.folder("torch", case)
         env = dict(os.environ, IPY_RESUME_DIR=str(folder / "store"))
         common = ["--case", case, "--scale", str(scale), "--dir", str(folder)]
-        first = _child(["first", *common], env)
+        first = run_child(["first", *common], env)
         for metric in ("cell_s", "miss_s", "critical_s", "background_s", "state_bytes"):
             rec.add("ipy_resume", f"{case}_{metric}", first[metric])
         rec.add("torch", f"{case}_save_s", first["torch_save_s"])
@@ -159,7 +160,7 @@ def workload(ctx: Ctx) -> None:
         for r in range(max(ctx.repeat, 3)):
             shift = r % len(kinds)
             for kind in kinds[shift:] + kinds[:shift]:
-                got = _child([kind, *common], env)
+                got = run_child([kind, *common], env)
                 if got["check"] != first["check"]:
                     raise RuntimeError(f"{case} {kind}: the restored weights differ")
                 system = {"restore": "ipy_resume", "torchload": "torch"}.get(kind, "safetensors")
