@@ -221,6 +221,19 @@ def test_a_restored_storage_keys_the_cells_after_it_without_being_hashed_again(
     assert report["eval"]["known"] == "True"  # the blob's verified checksum stood for it
 
 
+@pytest.mark.parametrize("size", [1_000, 100_000])  # pickled with the group, or its own blob
+def test_a_tensor_over_a_numpy_array_still_shares_its_memory(tmp_path: Path, size: int) -> None:
+    cell = counted(
+        f"numpy{size}",
+        f"import numpy as np, torch\na = np.arange({size}.0)\nt = torch.from_numpy(a)",
+    )
+    write = "t[0] = 7.0\nseen = float(a[0])"
+    run_process(tmp_path, [cell], {})
+    report = run_process(tmp_path, [cell, write], {"seen": "seen", "kind": "t.dtype"})
+    assert runs(tmp_path, f"numpy{size}") == 1
+    assert report["eval"] == {"seen": "7.0", "kind": "torch.float64"}
+
+
 def test_tensors_outside_the_raw_path_still_round_trip() -> None:
     from ipy_resume.store import codecs
 
@@ -247,7 +260,7 @@ CUDA_SAVE = (
     "from ipy_resume import torch_support\n"
     "from ipy_resume.store import tensor_codec\n"
     "# a CPU-only machine records its storages as a GPU's would: saved on cuda:0\n"
-    "tensor_codec.reducers()[torch.UntypedStorage] = lambda s: (tensor_codec.rebuild_storage,\n"
+    "tensor_codec.reducers()[torch.UntypedStorage] = lambda s, p: (tensor_codec.rebuild_storage,\n"
     "    (pickle.PickleBuffer(torch_support.storage_bytes(s)), 'cuda:0'))"
 )
 ON_GPU = counted("gpu", "import torch\nw = torch.arange(300_000, dtype=torch.float32)")

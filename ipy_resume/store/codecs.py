@@ -511,7 +511,7 @@ class _Pickler(cloudpickle.CloudPickler):
     def reducer_override(self, obj: Any) -> Any:
         if self.by_type:
             reduce = self.by_type.get(type(obj))
-            if reduce is not None and (reduced := reduce(obj)) is not None:
+            if reduce is not None and (reduced := reduce(obj, self)) is not None:
                 return reduced
         if type(obj) is np.ndarray:
             dt = obj.dtype

@@ -17,6 +17,9 @@ only their tensors take this path, so ``m.parameters()`` and ``opt.param_groups`
 the same restored parameters.  A storage on a CUDA or MPS device is copied to the host
 once per save and put back on its device when it exists (:func:`torch_support.restore_device`).
 
+A storage that is the memory of a numpy array stored in the same checkpoint
+(``torch.from_numpy(a)``) is written as that array, and comes back over it.
+
 Sparse, quantized, nested and meta tensors, tensor subclasses other than ``Parameter``,
 and tensors with a lazy conjugate or negation bit take torch's own pickling.
 
@@ -32,9 +35,9 @@ from typing import Any
 
 from ipy_resume import torch_support
 
-__all__ = ["rebuild_storage", "rebuild_tensor", "reducers"]
+__all__ = ["rebuild_storage", "rebuild_tensor", "reducers", "storage_over"]
 
-Reducer = Callable[[Any], Any]
+Reducer = Callable[[Any, Any], Any]
 _NONE: dict[type, Reducer] = {}
 _cached: tuple[object, dict[type, Reducer]] | None = None
 
@@ -42,7 +45,8 @@ _cached: tuple[object, dict[type, Reducer]] | None = None
 def reducers() -> dict[type, Reducer]:
     """``{type: reducer}`` for the picklers (empty until the process imports torch).
 
-    A reducer returns what ``reducer_override`` returns, or None to let pickle go on.
+    ``reducer(obj, pickler)`` returns what ``reducer_override`` returns, or None to let
+    pickle go on.
 
     >>> isinstance(reducers(), dict)
     True
@@ -62,7 +66,7 @@ def reducers() -> dict[type, Reducer]:
     return table
 
 
-def _reduce_tensor(t: Any) -> Any:
+def _reduce_tensor(t: Any, pickler: Any) -> Any:
     if not torch_support.plain_tensor(t):
         return None
     torch = torch_support.loaded()
@@ -83,10 +87,16 @@ def _reduce_tensor(t: Any) -> Any:
     return (rebuild_tensor, args)
 
 
-def _reduce_storage(storage: Any) -> Any:
+def _reduce_storage(storage: Any, pickler: Any) -> Any:
     device = storage.device
     if device.type not in torch_support.DEVICE_TYPES:
         return None
+    # The memory of a numpy array stored with it (``t = torch.from_numpy(a)``): a storage
+    # over that array after the restore, so writes through one still show through the other.
+    bases = getattr(pickler, "bases", None)
+    base = bases.get(storage.data_ptr()) if bases and device.type == "cpu" else None
+    if base is not None and base.nbytes == storage.nbytes() and storage.nbytes():
+        return (storage_over, (base,))
     host = torch_support.host_storage(storage)
     data = pickle.PickleBuffer(torch_support.storage_bytes(host))  # type: ignore[arg-type]
     return (rebuild_storage, (data, str(device)))
@@ -113,6 +123,18 @@ def rebuild_storage(data: Any, device: str) -> Any:
         flat = torch.empty(0, dtype=torch.uint8).set_(storage)
         storage = flat.to(target).untyped_storage()
     return storage
+
+
+def storage_over(array: Any) -> Any:
+    """The storage of a CPU tensor over all of *array*'s memory (no copy).
+
+    >>> import numpy as np, torch  # doctest: +SKIP
+    >>> a = np.zeros(2); storage_over(a).nbytes()  # doctest: +SKIP
+    16
+    """
+    torch = _torch()
+    memory = array.ravel(order="K").view("uint8")  # (the array is contiguous: a view)
+    return torch.from_numpy(memory).untyped_storage()
 
 
 def rebuild_tensor(
