@@ -296,6 +296,10 @@ def render(
         parts += [
             f"![ratios of the latest results, against the targets and the peers]({chart})",
             "",
+            "The chart draws each target as its ratio divided by its limit (left of the dashed "
+            "line: met), and each peer the other way round from the tables: peer ÷ ipy_resume, "
+            "on a log scale (right of the dashed line: ipy_resume takes less).",
+            "",
         ]
     for workload in workloads:
         parts += [section(workload, results.get(workload)), ""]

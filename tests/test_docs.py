@@ -142,3 +142,101 @@ def test_the_collectors_see_the_contract() -> None:
     assert {"--force", "--deps", "--explain"} <= magic_options()
     assert {"list", "show", "verify", "demo"} <= cli_commands()
     assert {"list", "restore", "verify"} <= line_commands()
+
+
+README = ROOT / "README.md"
+README_MAX_LINES = 400
+
+# Wording of the project's own development history, which has no place in its files: a
+# Jupyter *kernel* session is a legitimate term (the journal keeps one per event), the
+# way the project was worked on is not. Written with \s+ so that this file does not match.
+HISTORY_WORDING = [
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"\bthis\s+session\b",
+        r"\bsessions?\s+(?:before|ago)\b",
+        r"\b(?:previous|last|next|earlier|later|development)\s+sessions?\b",
+        r"\bsession[\s_-]?\d+\b",
+        r"\bstop\s+\d+\b",
+        r"\bs\d{2}\b",
+        r"\w-s\d+\b",
+    )
+]
+
+
+def tracked_files() -> list[Path]:
+    """The files git tracks (none outside a checkout, e.g. in an unpacked sdist)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return [ROOT / name for name in out.decode().split("\0") if name]
+
+
+def history_wording(text: str) -> list[str]:
+    """The phrases of *text* that speak of the project's development history."""
+    return [m.group(0) for pattern in HISTORY_WORDING for m in pattern.finditer(text)]
+
+
+def test_the_history_wording_check_tells_the_history_from_a_kernel_session() -> None:
+    # (each phrase split in two, so that this file itself passes the check)
+    assert history_wording("As measured this" + " session, faster than the session" + " before.")
+    assert history_wording("results w5-s" + "15-2.json")
+    assert history_wording("and bench-session" + "7.json")
+    assert history_wording("This fits the CI failure of stop" + " 27.")
+    legitimate = (
+        "Events are grouped by kernel session; a long session never runs out of budget. "
+        "dill.dump_session, Event(session='s1'), the s3:// store, AWS_SESSION_TOKEN."
+    )
+    assert history_wording(legitimate) == []
+
+
+def test_the_readme_is_a_front_page() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move reference "
+        "detail into docs/"
+    )
+    text = "\n".join(lines)
+    for needed in ("make demo", "make test", "## Architecture", "docs/performance.md"):
+        assert needed in text
+
+
+def test_no_tracked_file_speaks_of_development_sessions() -> None:
+    files = tracked_files()
+    if not files:
+        pytest.skip("not a git checkout")
+    found = []
+    for path in files:
+        name = path.relative_to(ROOT).as_posix()
+        if history_wording(name.replace("/", " ")) or "session" in path.name.lower():
+            found.append(f"{name}: file name")
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data:
+            continue  # binary
+        text = data.decode("utf-8", errors="replace")
+        found += [f"{name}: {phrase!r}" for phrase in history_wording(text)]
+    assert not found, "development-history wording:\n" + "\n".join(found)
+
+
+def test_performance_page_is_generated_from_the_latest_results() -> None:
+    from benchmarks import performance
+    from benchmarks.__main__ import ALL, PAGE, RESULTS
+
+    page = PAGE.read_text(encoding="utf-8")
+    assert page.startswith(performance.MARKER)
+    chart = "img/performance.png" if (PAGE.parent / "img" / "performance.png").exists() else None
+    # byte for byte what the generator makes of the committed results: `make bench` wrote it
+    assert page == performance.render(performance.load(RESULTS), ALL, chart)
+    for workload in ALL:
+        section = page.split(f"\n## W{workload}: ", 1)[1].split("\n## ", 1)[0]
+        assert "No result yet" not in section, f"W{workload} has no result"
+        assert "\n|---" in section, f"W{workload} has no table"
+        assert "Measured with `make bench" in section
+    assert sorted(p.name for p in RESULTS.iterdir()) == sorted(f"w{w}.json" for w in ALL)
