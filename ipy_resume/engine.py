@@ -834,6 +834,7 @@ class Engine:
                 result = host.run()  # the cell's own exception propagates: nothing is stored
         finally:
             _active = outer
+            rng.stop_seeding_on_import()
         duration = time.perf_counter() - started
         note_imports(plan.analysis)
         return _Ran(

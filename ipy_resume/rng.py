@@ -105,6 +105,14 @@ class _SeedingLoader:
 _on_import: _SeedTorchOnImport | None = None
 
 
+def stop_seeding_on_import() -> None:
+    """The seeded cell is over, returned or raised: a later import of torch is not its own.
+
+    >>> seed_all(3); stop_seeding_on_import()
+    """
+    _seed_torch_on_import(None)
+
+
 def _seed_torch_on_import(seed: int | None) -> None:
     """Seed torch with *seed* when it is next imported (None: no longer)."""
     global _on_import
@@ -132,7 +140,6 @@ def snapshot(seeded: int | None = None) -> dict[str, Any]:
     >>> state = snapshot(); x = random.random(); restore(state); x == random.random()
     True
     """
-    _seed_torch_on_import(None)  # (the cell is over: a later import is not its own)
     fresh = None if seeded is None else _numpy_state_if_fresh(seeded % _NUMPY_SEED_MODULUS)
     numpy_state = np.random.get_state(legacy=False) if fresh is None else fresh
     python_state = random.getstate()

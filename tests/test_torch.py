@@ -17,8 +17,11 @@ torch = pytest.importorskip("torch")
 RUNNER = Path(__file__).with_name("shell_runner.py")
 
 
-def run_process(tmp_path: Path, cells: list[str], evals: dict[str, str]) -> dict[str, Any]:
-    """*cells* in a fresh IPython process sharing this test's store; its report."""
+def run_process(
+    tmp_path: Path, cells: list[str], evals: dict[str, str], raising: int | None = None
+) -> dict[str, Any]:
+    """*cells* in a fresh IPython process sharing this test's store; its report (every cell
+    but the one at index *raising* must run without an error)."""
     tmp_path.mkdir(exist_ok=True)
     job = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
     job.write_text(json.dumps({"cells": cells, "eval": evals}))
@@ -32,8 +35,8 @@ def run_process(tmp_path: Path, cells: list[str], evals: dict[str, str]) -> dict
     )
     assert proc.returncode == 0, proc.stderr
     report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    for one in report["cells"]:
-        assert one["error"] is None, one
+    for index, one in enumerate(report["cells"]):
+        assert (one["error"] is not None) == (index == raising), one
     return report
 
 
@@ -329,6 +332,19 @@ def test_a_seeded_cell_that_imports_torch_draws_the_same_numbers_in_every_store(
     assert one["eval"] == two["eval"] and one["eval"]["v"] != one["eval"]["w"]
     plain = run_process(tmp_path / "c", ["import torch\nv = torch.rand(3).tolist()"], {"v": "v"})
     assert plain["eval"]["v"] != one["eval"]["v"]
+
+
+def test_a_seeded_cell_that_raises_leaves_a_later_import_of_torch_unseeded(
+    tmp_path: Path,
+) -> None:
+    boom = "%%checkpoint boom --seed 5\nraise ValueError('before torch')"
+    draw = "import torch\nv = torch.rand(3).tolist()"
+    after = run_process(tmp_path / "a", [boom, draw], {"v": "v"}, raising=0)
+    # (torch's own default seed differs in every process: what must not be seen is seed 5)
+    seeded = run_process(
+        tmp_path / "b", [f"{draw}\ntorch.manual_seed(5)", "v = torch.rand(3).tolist()"], {"v": "v"}
+    )
+    assert after["eval"]["v"] != seeded["eval"]["v"]
 
 
 def test_ipy_resume_never_imports_torch_itself(tmp_path: Path) -> None:
