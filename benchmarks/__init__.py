@@ -1,7 +1,7 @@
 """Benchmarks of ipy_resume against the machine's floors and against its peers.
 
 ``python -m benchmarks [--scale S] [--repeat N] [--only 1,3]`` runs workloads
-1-12 (see :mod:`benchmarks.__main__`) through ipy_resume -- a real IPython
+1-13 (see :mod:`benchmarks.__main__`) through ipy_resume -- a real IPython
 ``InteractiveShell`` with ``%load_ext ipy_resume`` and ``%%checkpoint`` cells --
 and through the baselines measured in the same run: raw xxh3_128, raw
 write+fsync, ``np.save``+fsync, ``np.load`` from the page cache, and the peers

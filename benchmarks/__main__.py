@@ -21,6 +21,9 @@ Workloads (sizes at ``--scale 1``; the issue's):
 12. a restore of a 1 GiB array as after a crash: each restore in a fresh process,
     alternating with ``np.load`` in a fresh process, at least 5 of each
     (:mod:`benchmarks.crash`).
+13. PyTorch state (a model with Adam's moments, 805 MB; 2,000 small tensors; a resumable
+    training loop) against ``torch.save``/``torch.load`` and safetensors, each restore in a
+    fresh process (:mod:`benchmarks.torch_bench`).
 
 Everything runs in this process tree: one worker process per workload and group
 (``benchmarks.worker``), one process per notebook run for workload 6
@@ -46,7 +49,7 @@ from typing import Any
 from benchmarks import notebook, performance, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
-ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"]
+ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13"]
 RESULTS = Path(__file__).resolve().parent / "results"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
 SLOW_S = 20.0

@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from benchmarks import batch, corpus, crash, graphs, report, s3
+from benchmarks import batch, corpus, crash, graphs, report, s3, torch_bench
 
 MARKER = (
     "<!-- Written by `make bench` (benchmarks/performance.py) from benchmarks/results/wN.json: "
@@ -52,6 +52,9 @@ WORKLOADS: dict[str, str] = {
     "the local cache against `np.load`",
     "12": "a restore of a 1 GiB array as after a crash: each restore in a fresh process, "
     "alternating with `np.load` of the same array in a fresh process",
+    "13": "PyTorch state against `torch.save`/`torch.load` and safetensors: a model of four "
+    "`Linear(4096, 4096)` with one Adam step (805 MB), 2,000 small tensors, and a resumable "
+    "training loop; each restore in a fresh process",
 }
 
 TITLES: dict[str, str] = {
@@ -67,6 +70,7 @@ TITLES: dict[str, str] = {
     "10": "batch runs that resume",
     "11": "a checkpoint in a bucket",
     "12": "a restore as after a crash",
+    "13": "PyTorch models and optimizers",
 }
 
 # Workloads whose module renders its own table (with its targets).
@@ -76,6 +80,7 @@ OWN_TABLES: dict[str, Any] = {
     "10": lambda s: batch.table(s["batch"]) if s.get("batch") else "",
     "11": lambda s: s3.table(s["s3"]) if s.get("s3") else "",
     "12": lambda s: crash.table(s["crash"]) if s.get("crash") else "",
+    "13": lambda s: torch_bench.table(s["torch"]) if s.get("torch") else "",
 }
 
 INTRO = """\

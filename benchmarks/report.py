@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import batch, corpus, crash, graphs, s3
+from benchmarks import batch, corpus, crash, graphs, s3, torch_bench
 from benchmarks.harness import median
 
 PEERS = ["joblib", "ipycache", "dill", "kishu"]
@@ -276,6 +276,8 @@ def table(summary: dict[str, Any]) -> str:
         lines += ["", s3.table(summary["s3"])]
     if summary.get("crash"):
         lines += ["", crash.table(summary["crash"])]
+    if summary.get("torch"):
+        lines += ["", torch_bench.table(summary["torch"])]
     return "\n".join(lines)
 
 
@@ -289,6 +291,7 @@ def summarize(samples: Samples, notes: Notes | None = None) -> dict[str, Any]:
         "batch": batch.summary(samples),
         "s3": s3.summary(samples),
         "crash": crash.summary(samples),
+        "torch": torch_bench.summary(samples),
     }
 
 

@@ -336,7 +336,7 @@ def table(data: dict[str, Any]) -> str:
         if not row:
             continue
         lines.append(
-            f"| {case} | {fmt(row['state_bytes'], 'B')} | {fmt(row['cell_s'], 's')} | "
+            f"| {case} | {fmt(row['state_bytes'], 'bytes')} | {fmt(row['cell_s'], 's')} | "
             f"{fmt(row['critical_s'], 's')} | {fmt(row['torch_save_s'], 's')} | "
             f"{fmt(row['restore_s'], 's')} | {fmt(row['torch_load_s'], 's')} | "
             f"{fmt(row['safetensors_load_s'], 's')} | {fmt_ratio(row['torch_load_ratio'])} | "
