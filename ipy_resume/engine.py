@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import gc
 import io
 import os
@@ -30,8 +31,8 @@ from .capture import OutputRecord
 from .fingerprint import Fingerprinter, Unfingerprintable, globals_read
 from .fingerprint.key import OnceFingerprinter, cell_key, describe_differences, note_imports
 from .sharing import fingerprints_of, shared_objects
-from .store import SaveError, Store, StoreError, background, location
-from .store.journal import Event
+from .store import SaveError, Store, StoreError, background, location, pending
+from .store.journal import STAMP, Event, stamp
 from .store.location import default_store_dir
 from .store.manifest import Manifest
 from .units import format_size
@@ -282,6 +283,8 @@ class Engine:
         # (cell_id, key) -> the manifest file of the complete checkpoint this engine committed
         # for it (durable): see _own_checkpoint
         self._committed: dict[tuple[str, str], PurePath] = {}
+        # events of durable background saves left for the main thread to journal (_later)
+        self._events_waiting: set[str] = set()
 
     def record(
         self,
@@ -290,6 +293,7 @@ class Engine:
         host: Host | None = None,
         parent: str | None = None,
         later: bool = False,
+        stamped: Mapping[str, Any] | None = None,
     ) -> Event | None:
         """Append *outcome* to the timeline as a child of the previous event.
 
@@ -298,10 +302,24 @@ class Engine:
         (``Journal.append_later``): a crash right after may lose it, and nothing else.
         """
         self.last_outcome = outcome
-        event = self._event(outcome, cell_id, parent)
+        event = self._event(outcome, cell_id, parent, stamped)
         return self._append(event, host, later=later)
 
-    def _event(self, outcome: Outcome, cell_id: str, parent: str | None = None) -> Event:
+    def _event(
+        self,
+        outcome: Outcome,
+        cell_id: str,
+        parent: str | None = None,
+        stamped: Mapping[str, Any] | None = None,
+    ) -> Event:
+        """The event of *outcome*; *stamped*: as its checkpoint's manifest names it (see
+        ``journal.stamp``), so that it is the same whoever appends it."""
+        if stamped is not None:
+            return dataclasses.replace(
+                self._event(outcome, cell_id, stamped["parent"]),
+                event_id=stamped["id"],
+                started=stamped["started"],
+            )
         return Event(
             cell_id=cell_id,
             session=self.session,
@@ -361,16 +379,29 @@ class Engine:
         appended once the checkpoint is durable (or as "failed" when the commit fails).
         """
         self.last_outcome = outcome
-        event = self._event(outcome, opts.cell_id)
+        event = self._event(outcome, opts.cell_id, stamped=job.snapshot.manifest.info.get(STAMP))
         self.last_event = event.event_id
         manifest = job.snapshot.manifest
         write = _stderr_writer()
         listed = ", ".join(names) or "no names"
 
         told: list[bool] = []
+        journaled: list[bool] = []  # (the writer thread's append)
+        detached = getattr(self.journal, "append_detached", None)
         prints = getattr(host, "prints_status", True)  # (with badges, no status line)
 
         def notify(job: background.Job) -> None:  # on the writer thread, at once
+            if job.error is None:
+                # Journaled as soon as it is durable, not when the main thread is next free:
+                # the kernel may be killed in the middle of the next cell, and %resume must
+                # find this one.
+                event.io = job.seconds
+                event.bytes = job.bytes_written
+                # (one left to the main thread keeps the ones after it there, in order)
+                if not self._events_waiting and detached is not None and detached(event):
+                    journaled.append(True)
+            if not journaled:
+                self._events_waiting.add(event.event_id)
             if job.error is not None:
                 write(PREFIX + _save_failure(opts, job.error, listed))
                 told.append(True)
@@ -400,7 +431,9 @@ class Engine:
                         f"{PREFIX}the checkpoint of {opts.shown} ({short}) was not saved: "
                         f"{job.error} It will execute again next time."
                     )
-            self._append(event, host, advance=False)
+            if not journaled:
+                self._append(event, host, advance=False)
+                self._events_waiting.discard(event.event_id)
 
         background.attach(job, done, notify)
 
@@ -736,7 +769,7 @@ class Engine:
                 detail=str(exc),
                 reason=reason,
             )
-            self.record(outcome, opts.cell_id, host)
+            self.record(outcome, opts.cell_id, host, stamped=content.info.get(STAMP))
             return _value(result)
         names = content.names
         if saved.added:  # names of earlier cells that hold objects this cell changed
@@ -784,7 +817,7 @@ class Engine:
             reason=reason,
         )
         if job is None:
-            self.record(outcome, opts.cell_id, host)
+            self.record(outcome, opts.cell_id, host, stamped=content.info.get(STAMP))
             if status == "executed":
                 self._note_committed(opts.cell_id, saved.manifest)
         else:
@@ -918,6 +951,8 @@ class Engine:
             "seed": plan.seed,
             "has_result": result.has_value,
             "session": self.session,
+            # its timeline event, so a reader can append it if this kernel dies first
+            STAMP: stamp(self.last_event, pending.owner()),
             **({"label": opts.label} if opts.label else {}),
             "options": {
                 "files": opts.files,

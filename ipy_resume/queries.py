@@ -14,6 +14,8 @@ server all ask it; restoring (which changes a namespace and adds an event) is
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +70,14 @@ class Timeline:
         # A kernel killed right after its last cell leaves that cell's save staged: it is
         # finished, with its event, before the timeline is read (%resume restores it).
         store.settle_pending()
-        return cls(store.location, store, store.journal())
+        journal = store.journal()
+        # ... and so is the event of one published by a kernel that ended before it
+        # journaled it (see journal.stamp).
+        reconcile = getattr(journal, "reconcile", None)
+        if reconcile is not None:
+            with contextlib.suppress(OSError, sqlite3.Error):
+                reconcile()
+        return cls(store.location, store, journal)
 
     @classmethod
     def open(cls, root: Location, store: Store | None = None) -> Timeline:
@@ -193,7 +202,7 @@ class Timeline:
         return reports.describe(manifest, short.get(manifest.id))
 
     def latest_session_event(self) -> Event | None:
-        """The last event that holds a checkpoint, in the most recent kernel session.
+        """The latest event that holds a checkpoint (of the most recent kernel session).
 
         >>> Timeline.open(Path("/nonexistent")).latest_session_event() is None
         True
@@ -201,8 +210,9 @@ class Timeline:
         events = [e for e in self.events() if e.checkpoint_id]
         if not events:
             return None
-        last_session = events[-1].session
-        return [e for e in events if e.session == last_session][-1]
+        # By time, not by row: a background save's event is written when the save is
+        # durable, and a restore's a moment later, so rows may land out of order.
+        return max(events, key=lambda e: (e.started, e.seq or 0))
 
     def session_span(self, session: str) -> str:
         """When a kernel session ran and how many events it had, in words.

@@ -36,7 +36,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -52,6 +52,8 @@ JOURNAL_FILE = "journal.sqlite"
 # resumed = the start of a kernel session brought back by %resume or a timeline restore.
 OUTCOMES = ("executed", "restored", "incomplete", "failed", "uncached", "resumed")
 _BUSY_TIMEOUT_S = 30.0
+_DETACHED_TIMEOUT_S = 1.0
+_RECHECK_S = 5.0
 _SETTLE_SECONDS = 60.0
 _REBUILT_PREFIX = "rebuilt-"
 DEFER_SECONDS = 0.5
@@ -149,6 +151,8 @@ class Journal:
         self,
         root: Backend | str | os.PathLike[str],
         source: Callable[[set[str]], Iterable[Manifest]] | None = None,
+        alive: Callable[[Any], bool] | None = None,
+        listed: Callable[[], set[str]] | None = None,
     ) -> None:
         # a store's backend (local_files), or the folder of one
         self.backend = root if isinstance(root, Backend) else LocalBackend(root)
@@ -156,6 +160,13 @@ class Journal:
         # the store's verified manifests except those of the ids given: what a lost or
         # damaged journal is rebuilt from, and what fills rows a damaged WAL dropped
         self.source = source
+        # whether the writer a manifest's stamp names may still append its event
+        self.alive = alive
+        # the ids of the store's checkpoints from file names alone (nothing read or waited
+        # for), and those of them that never get an event (loops): what reconcile skips
+        self.listed = listed
+        self._eventless: set[str] = set()
+        self._unexplained: tuple[frozenset[str], float] = (frozenset(), 0.0)
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None
         self._lock = threading.Lock()
@@ -228,13 +239,54 @@ class Journal:
             conn = self._open_file()
             missing = True
         if self.source is not None:
-            # Also for a sound journal: rows that a damaged WAL dropped come back.  Then
-            # only checkpoints older than a minute count, so one whose kernel is about to
-            # append its event is not given a second one.
-            self.rebuilt += rebuild(
-                conn, self.source, skip, settle=0.0 if missing else _SETTLE_SECONDS
-            )
+            # Also for a sound journal: rows that a damaged WAL dropped, and the events of
+            # kernels that ended between a manifest and its event, come back.
+            self.rebuilt += self._rebuild(conn, skip, missing)
         return conn
+
+    def _rebuild(self, conn: sqlite3.Connection, skip: Iterable[str | None], missing: bool) -> int:
+        assert self.source is not None
+        # A checkpoint whose kernel is about to append its event is not given one, unless
+        # its manifest says which kernel that is and it has ended; after a minute, always.
+        return rebuild(
+            conn,
+            self.source,
+            skip,
+            settle=0.0 if missing else _SETTLE_SECONDS,
+            alive=self.alive,
+            detail=REBUILT if missing else ADOPTED,
+            eventless=self._eventless,
+        )
+
+    def reconcile(self) -> int:
+        """Add the events the journal lacks of checkpoints the store holds (their kernel
+        ended before it appended them), as reading the timeline does; returns how many.
+
+        >>> Store("/tmp/doc-store").journal().reconcile()  # doctest: +SKIP
+        0
+        """
+        if self.source is None:
+            return 0
+        before = self.rebuilt  # (opening the journal may add them already)
+        if self.listed is not None and self.path.exists():
+            # The cheap question first, from file names (the panel asks on every refresh);
+            # what is left unexplained (damaged, or its live kernel's to append) is asked
+            # again only after a few seconds.
+            with contextlib.suppress(OSError):
+                lacking = self.listed() - self.checkpoint_ids() - self._eventless
+                left, when = self._unexplained
+                if not lacking or (lacking <= left and time.monotonic() - when < _RECHECK_S):
+                    return self.rebuilt - before
+        flush_deferred(self.path)
+        added = self._recovering(lambda conn: self._rebuild(conn, (), False), create=False)
+        self.rebuilt += int(added or 0)
+        if self.rebuilt > before:
+            self._named = None
+        if self.listed is not None:
+            with contextlib.suppress(OSError):
+                still = self.listed() - self.checkpoint_ids() - self._eventless
+                self._unexplained = (frozenset(still), time.monotonic())
+        return self.rebuilt - before
 
     def _open_file(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -327,6 +379,47 @@ class Journal:
         _defer(self, event)
         return event
 
+    def append_detached(self, event: Event) -> bool:
+        """Commit *event* (after the restore events queued before it) on a connection of its
+        own, waiting at most a second; False when it could not (the journal is missing,
+        damaged or busy): then append it as usual.
+
+        For the background writer's thread, which journals a save once it is durable: it
+        must not wait for this object's lock, which a reader may hold while it waits for
+        that very save (``background.barrier``).
+
+        >>> journal.append_detached(event)  # doctest: +SKIP
+        True
+        """
+        if not self.path.exists() or not _write_lock.acquire(timeout=_DETACHED_TIMEOUT_S):
+            return False
+        try:
+            with _queue_lock:
+                batch = _queues.pop(str(self.path), None)
+            queued = [] if batch is None else batch[1]
+            try:
+                conn = sqlite3.connect(self.path, timeout=_DETACHED_TIMEOUT_S, isolation_level=None)
+                try:
+                    conn.execute("PRAGMA synchronous=NORMAL")  # (WAL mode is the file's already)
+                    conn.execute("BEGIN IMMEDIATE")
+                    for each in queued:
+                        each.seq = insert_event(conn, each, ignore=True).lastrowid
+                    insert_event(conn, event)
+                    conn.execute("COMMIT")
+                finally:
+                    conn.close()
+            except sqlite3.Error:
+                if queued:  # (still to be written, first)
+                    with _queue_lock:
+                        later = _queues.pop(str(self.path), (self, []))[1]
+                        _queues[str(self.path)] = (self, [*queued, *later])
+                return False
+        finally:
+            _write_lock.release()
+        self._named = None  # (this object did not see them)
+        _appended(event.event_id)
+        return True
+
     def _names(self, checkpoint_id: str) -> bool:
         """True when an event of the journal names *checkpoint_id* (one query per connection)."""
         named = self._named
@@ -401,6 +494,7 @@ class Journal:
             return seq
 
         event.seq = self._recovering(insert, create=True, skip=frozenset([event.checkpoint_id]))
+        _appended(event.event_id)
         return event
 
     def events(
@@ -528,6 +622,7 @@ def _after_fork() -> None:
     # the parent's queue is the parent's to write; its locks may have been held at the fork
     global _queue_lock, _write_lock, _hurry, _helper
     _queues.clear()
+    _coming.clear()
     _queue_lock, _write_lock, _hurry, _helper = (
         threading.Condition(),
         threading.Lock(),
@@ -541,17 +636,41 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+_UPSERT = " ON CONFLICT(event_id) DO UPDATE SET " + ", ".join(
+    f"{column} = excluded.{column}"
+    for column in [
+        "checkpoint_id",
+        "cell_id",
+        "key",
+        "parent",
+        "session",
+        "started",
+        "created",
+        "duration",
+        "saved",
+        "io",
+        "bytes",
+        "names",
+        "outcome",
+        "detail",
+    ]
+)
+
+
 def insert_event(conn: sqlite3.Connection, event: Event, ignore: bool = False) -> sqlite3.Cursor:
     """Insert *event* into an open journal database (*ignore*: skip one already there).
 
     >>> insert_event(conn, event, ignore=True).rowcount  # doctest: +SKIP
     1
     """
+    # Not ignored, an event already there (rebuilt from its checkpoint's manifest while its
+    # kernel was about to append it) takes the kernel's fields and keeps its place (seq).
     verb = "INSERT OR IGNORE" if ignore else "INSERT"
+    update = "" if ignore else _UPSERT
     return conn.execute(
         f"{verb} INTO events (event_id, checkpoint_id, cell_id, key, parent, session,"
         " started, created, duration, saved, io, bytes, names, outcome, detail)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){update}",
         (
             event.event_id,
             event.checkpoint_id,
@@ -584,25 +703,90 @@ OUTCOME_PAYLOAD = "ipy_resume"
 """The ``source`` of the execute-reply payload naming a ``%%checkpoint`` cell's outcome
 (read by headless runs: a background save's event is appended once it is durable)."""
 RECOVERED = "saved by a kernel that died before the save was durable; finished after it"
-"""``detail`` of the events :func:`rebuild` makes."""
+"""``detail`` of the events of saves finished for a dead kernel (see ``pending``)."""
+ADOPTED = "journaled from its manifest: its kernel ended before it wrote this event"
+"""``detail`` of the events :func:`rebuild` adds to a sound journal."""
+STAMP = "event"
+"""The key of a manifest's ``info`` that holds its event as the kernel made it (see
+:func:`stamp`), so the journal can be derived from the manifests exactly."""
 
 
-def events_from_manifests(manifests: Iterable[Manifest]) -> list[Event]:
+def stamp(parent: str | None, writer: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The identity of the timeline event of a checkpoint about to be saved, kept in its
+    manifest: its id, its parent, when it was made and which process will journal it.
+
+    A kernel that dies between publishing the manifest and appending the event leaves
+    everything the next reader needs to append that very event (:func:`rebuild`).
+
+    >>> sorted(stamp("e1", {"pid": 1}))
+    ['id', 'parent', 'started', 'writer']
+    """
+    event_id = _uuid4_hex()
+    with _coming_lock:
+        _coming.add(event_id)
+    return {"id": event_id, "parent": parent, "started": time.time(), "writer": writer}
+
+
+_coming: set[str] = set()  # stamped here, not appended yet (see rebuild)
+_coming_lock = threading.Lock()
+
+
+def _appended(event_id: str) -> None:
+    if event_id in _coming:
+        with _coming_lock:
+            _coming.discard(event_id)
+
+
+def _stamp_of(m: Manifest) -> dict[str, Any] | None:
+    doc = m.info.get(STAMP)
+    if isinstance(doc, dict) and isinstance(doc.get("id"), str) and doc["id"]:
+        return doc
+    return None
+
+
+def events_from_manifests(
+    manifests: Iterable[Manifest],
+    known: Mapping[str, Sequence[tuple[float, str]]] | None = None,
+    detail: str = REBUILT,
+) -> list[Event]:
     """One event per checkpoint, as its execution was journaled, oldest first.
 
-    What a manifest cannot tell is lost with a journal: restores and failed or
-    uncached runs, and the link of a ``%resume``/restore to the event it resumed
-    (a session's events are chained in time order, each session starting fresh).
+    A manifest saved with a :func:`stamp` gives its event back exactly: id, parent and
+    time.  An older one gets a stand-in (``rebuilt-<id>``).  Given *known* (session ->
+    (started, event id) of the journal's events), a parent that is not there (a
+    restore's event, which a crash may lose) is the latest earlier event of the same
+    kernel session among those and the ones made here.  What a manifest cannot tell is lost with a journal:
+    restores and failed or uncached runs.
 
     >>> events_from_manifests([])
     []
     """
     out: list[Event] = []
-    last_of_session: dict[str, str] = {}
-    for m in sorted(manifests, key=order_key):
+    checked = known is not None  # (else a stamped parent is taken as it is)
+    known = known or {}
+    made: dict[str, list[tuple[float, str]]] = {}
+    ids = {e for chain in known.values() for _t, e in chain}
+
+    def earlier(session: str, started: float) -> str | None:
+        found = [*known.get(session, ()), *made.get(session, ())]
+        before = [(t, e) for t, e in found if t <= started]
+        return max(before)[1] if before else None
+
+    def when(m: Manifest) -> float:
+        stamped = _stamp_of(m)
+        if stamped is not None and isinstance(stamped.get("started"), (int, float)):
+            return float(stamped["started"])
+        return datetime.fromisoformat(m.created.replace("Z", "+00:00")).timestamp()
+
+    for m in sorted(manifests, key=lambda m: (when(m), order_key(m))):
         session = m.info.get("session")
         session = session if isinstance(session, str) and session else "rebuilt"
-        started = datetime.fromisoformat(m.created.replace("Z", "+00:00")).timestamp()
+        started = when(m)
+        stamped = _stamp_of(m)
+        event_id = stamped["id"] if stamped is not None else f"{_REBUILT_PREFIX}{m.id}"
+        parent = stamped.get("parent") if stamped is not None else None
+        if not (isinstance(parent, str) and (parent in ids or not checked)):
+            parent = earlier(session, started)
         duration = m.info.get("duration")
         event = Event(
             cell_id=m.cell_id,
@@ -610,17 +794,25 @@ def events_from_manifests(manifests: Iterable[Manifest]) -> list[Event]:
             outcome="executed" if m.complete else "incomplete",
             checkpoint_id=m.id,
             key=m.key,
-            parent=last_of_session.get(session),
+            parent=parent,
             started=started,
             duration=float(duration) if isinstance(duration, (int, float)) else 0.0,
             bytes=m.bytes_written,
             names=sorted(m.values),
-            detail=REBUILT,
-            event_id=f"{_REBUILT_PREFIX}{m.id}",
+            detail=detail,
+            event_id=event_id,
         )
-        last_of_session[session] = event.event_id
+        made.setdefault(session, []).append((started, event_id))
+        ids.add(event_id)
         out.append(event)
     return out
+
+
+def _known_events(conn: sqlite3.Connection) -> dict[str, list[tuple[float, str]]]:
+    known: dict[str, list[tuple[float, str]]] = {}
+    for session, started, event_id in conn.execute("SELECT session, started, event_id FROM events"):
+        known.setdefault(session, []).append((float(started), event_id))
+    return known
 
 
 def rebuild(
@@ -628,30 +820,45 @@ def rebuild(
     source: Callable[[set[str]], Iterable[Manifest]],
     skip: Iterable[str | None] = (),
     settle: float = 0.0,
+    alive: Callable[[Any], bool] | None = None,
+    detail: str = REBUILT,
+    eventless: set[str] | None = None,
 ) -> int:
     """Add an event for each checkpoint the journal does not name; returns how many.
 
     *source* gives the verified manifests except those of the ids it is passed (only
-    the missing ones are read); *skip* are ids not to add; with *settle*, checkpoints
-    younger than that many seconds are left for their own kernel to journal.  Loop
-    checkpoints of ``resumable`` never had events and get none.  One transaction,
-    taken before reading what is there, so two processes rebuilding add each event once.
+    the missing ones are read); *skip* are ids not to add, and so are checkpoints whose
+    event this process is about to append.  With *settle*, a checkpoint younger than
+    that many seconds is left for its own kernel to journal, unless its stamp names a
+    writer that *alive* says has ended.  Loop checkpoints of ``resumable``
+    never had events and get none (their ids are added to *eventless*).  One transaction, taken before reading what is
+    there, so two processes rebuilding add each event once.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
         known = {row[0] for row in conn.execute("SELECT DISTINCT checkpoint_id FROM events")}
         known.update(i for i in skip if i)
         cutoff = time.time() - settle
-        manifests = [
-            m
-            for m in source({i for i in known if i})
-            if m.id not in known
-            and m.info.get("kind") != "loop"
-            and (not settle or m.created_at.timestamp() < cutoff)
-        ]
+
+        def settled(m: Manifest) -> bool:
+            stamped = _stamp_of(m)
+            if stamped is not None and stamped["id"] in _coming:
+                # (even into a journal being rebuilt: this process appends it, and its row
+                # keeps its place among the ones appended around it)
+                return False
+            if not settle or m.created_at.timestamp() < cutoff:
+                return True
+            writer = None if stamped is None else stamped.get("writer")
+            return alive is not None and isinstance(writer, dict) and not alive(writer)
+
+        found = [m for m in source({i for i in known if i}) if m.id not in known]
+        if eventless is not None:
+            eventless.update(m.id for m in found if m.info.get("kind") == "loop")
+        manifests = [m for m in found if m.info.get("kind") != "loop" and settled(m)]
         added = 0
-        for event in events_from_manifests(manifests):
-            added += insert_event(conn, event, ignore=True).rowcount
+        if manifests:
+            for event in events_from_manifests(manifests, _known_events(conn), detail):
+                added += insert_event(conn, event, ignore=True).rowcount
         conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):

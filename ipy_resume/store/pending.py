@@ -129,7 +129,7 @@ def helper(pid: int) -> dict[str, Any]:
     return {"pid": pid, "start": _start_time(pid, zombie="")}
 
 
-def _alive(who: Any) -> bool:
+def writer_alive(who: Any) -> bool:
     """Whether the writer *who* (a record's ``owner``) may still commit its save, or
     its ``helper`` still write the save's blobs."""
     return _running_pid(who) is not None
@@ -319,7 +319,7 @@ def live_temps(root: Backend | str | os.PathLike[str]) -> set[str]:
     keep: set[str] = set()
     for path in records(root):
         doc = _load(path)
-        if doc is None or not _alive(doc.get("owner")):
+        if doc is None or not writer_alive(doc.get("owner")):
             continue
         for entry in doc.get("blobs", []):
             with contextlib.suppress(TypeError, ValueError, IndexError):
@@ -374,7 +374,7 @@ def recover(store: Store) -> Recovered:
             _drop(path, doc, backend)
             done.abandoned[path.stem] = "its commit record is unreadable"
             continue
-        if _alive(doc.get("owner")):
+        if writer_alive(doc.get("owner")):
             done.live.append(where)
             continue
         problem = _finish(store, doc)

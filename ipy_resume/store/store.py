@@ -1117,10 +1117,10 @@ class Store:
         recovered = list(self._verified(paths))
         try:
             journal = self.journal()
-            for event in events_from_manifests(sorted(recovered, key=manifest.order_key)):
-                event.detail = RECOVERED
-                # (not the stand-in's id: append replaces a stand-in of the same checkpoint)
-                event.event_id = f"recovered-{event.checkpoint_id}"
+            for event in events_from_manifests(recovered, detail=RECOVERED):
+                if event.event_id.startswith("rebuilt-"):  # (saved before manifests had stamps)
+                    # (not the stand-in's id: append replaces a stand-in of the same checkpoint)
+                    event.event_id = f"recovered-{event.checkpoint_id}"
                 journal.append(event)
         except (OSError, sqlite3.Error):
             pass  # the timeline misses a row; the checkpoints themselves are whole
@@ -1873,7 +1873,12 @@ class Store:
         if self._journal is None:
             if self.backend.local_files:
                 # one SQLite file in the folder (see journal.py and the README's architecture)
-                self._journal = Journal(self.backend, source=self.manifests_except)
+                self._journal = Journal(
+                    self.backend,
+                    source=self.manifests_except,
+                    alive=pending.writer_alive,
+                    listed=self.ids,
+                )
             else:
                 # any other backend: one immutable object per event, merged on read
                 from ipy_resume.store.remote_journal import RemoteJournal
