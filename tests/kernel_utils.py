@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,19 @@ class Kernel:
         """Start the kernel process again (after it died) and wait until it answers."""
         self.manager.restart_kernel(now=True)
         self.client.wait_for_ready(timeout=120)
+
+    def kill(self, timeout: float = 30) -> None:
+        """SIGKILL the kernel process (not its children: a forked writer lives on, as it
+        would after a real crash) and wait until the manager sees it dead.
+
+        >>> kernel.kill(); kernel.restart()  # doctest: +SKIP
+        """
+        os.kill(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while self.manager.is_alive():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the kernel did not die within {timeout} s of SIGKILL")
+            time.sleep(0.02)
 
     @property
     def pid(self) -> int:
