@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+from deadlines import wait_until
 
 from ipy_resume.capture import OutputRecord, tee_streams
 
@@ -126,17 +128,30 @@ def test_descriptors_are_left_alone_outside_a_kernel(capfd: pytest.CaptureFixtur
     assert capfd.readouterr().out == "once\nto the file\n"
 
 
-def test_a_child_that_keeps_the_descriptor_does_not_hold_up_the_cell() -> None:
-    with kernel_streams() as kernel:
-        record = OutputRecord()
-        started = time.perf_counter()
-        with tee_streams(record):
-            child = subprocess.Popen(["sh", "-c", "echo early; sleep 1; echo late"])
-            time.sleep(0.2)
-        elapsed = time.perf_counter() - started
-        child.wait(timeout=10)
-        time.sleep(0.2)
-    assert elapsed < 0.9
+def _child(*steps: str) -> subprocess.Popen[bytes]:
+    """A shell that runs *steps*; ``await NAME`` waits until the file NAME exists."""
+    script = 'await() { while [ ! -e "$1" ]; do sleep 0.01; done; }; ' + "; ".join(steps)
+    return subprocess.Popen(["sh", "-c", script])
+
+
+def test_a_child_that_keeps_the_descriptor_does_not_hold_up_the_cell(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    # (should the cell wait for the child after all, the child is let go later, so the
+    # test fails on the assertion below instead of hanging)
+    release = threading.Timer(30, go.touch)
+    release.start()
+    try:
+        with kernel_streams() as kernel:
+            record = OutputRecord()
+            with tee_streams(record):
+                child = _child("echo early", f"await {shlex.quote(str(go))}", "echo late")
+                wait_until(lambda: record.text("stdout"), what="the child's first line")
+            assert child.poll() is None, "the cell's end waited for the child"
+            go.touch()
+            child.wait(timeout=30)
+            wait_until(lambda: "late" in kernel.text(1), what="the child's late line shown")
+    finally:
+        release.cancel()
     assert record.text("stdout") == "early\n"  # the record closed with the cell
     assert kernel.text(1) == "early\nlate\n"  # but the child's later output still showed
 
@@ -232,18 +247,27 @@ def test_cells_share_one_pipe_per_descriptor_while_the_kernel_keeps_its_own() ->
     assert other.text(1) == "after\n"
 
 
-def test_a_child_writing_after_its_cell_is_recorded_by_the_cell_it_writes_during() -> None:
+def test_a_child_writing_after_its_cell_is_recorded_by_the_cell_it_writes_during(
+    tmp_path: Path,
+) -> None:
+    between, during = tmp_path / "between", tmp_path / "during"
     with kernel_streams() as kernel:
         first, second = OutputRecord(), OutputRecord()
         with tee_streams(first):
-            child = subprocess.Popen(
-                ["sh", "-c", "echo early; sleep 0.5; echo between; sleep 1; echo during"]
+            child = _child(
+                "echo early",
+                f"await {shlex.quote(str(between))}",
+                "echo between",
+                f"await {shlex.quote(str(during))}",
+                "echo during",
             )
-            time.sleep(0.2)
-        time.sleep(0.8)  # "between" comes while no cell runs: shown, not recorded
+            wait_until(lambda: first.text("stdout"), what="the child's first line")
+        between.touch()  # "between" comes while no cell runs: shown, not recorded
+        wait_until(lambda: "between" in kernel.text(1), what="the line between cells shown")
         with tee_streams(second):
-            child.wait(timeout=10)
-        time.sleep(0.2)
+            during.touch()
+            child.wait(timeout=30)
+        wait_until(lambda: "during" in kernel.text(1), what="the last line shown")
     assert first.text("stdout") == "early\n"
     assert second.text("stdout") == "during\n"
     assert kernel.text(1) == "early\nbetween\nduring\n"
