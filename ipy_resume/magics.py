@@ -24,7 +24,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import cli, comm, reports, torch_support
+from . import comm, reports, torch_support
 from .analysis import first_line
 from .auto import AutoMode
 from .capture import OutputRecord, replay, tee_streams
@@ -34,6 +34,7 @@ from .planning import NotebookCell, RunAllPlan, plan_run_all
 from .queries import Timeline, stats_text
 from .store import Store, StoreError, background, location
 from .store.journal import OUTCOME_PAYLOAD
+from .store.retention import parse_gc_words
 
 _MEMO_MAX = 512  # option lines and cell texts remembered (each memo is cleared when full)
 _MEMO_CHARS = 1 << 16  # longer cells are transformed afresh each time
@@ -284,7 +285,7 @@ class CheckpointMagics(Magics):
         # The resolution is remembered per (given, $IPY_RESUME_DIR, working directory when
         # relative): resolving a path on every hit costs more than the rest of the hit.
         named = None if not store_dir else os.fspath(store_dir)
-        env = os.environ.get("IPY_RESUME_DIR")
+        env = os.environ.get(location.STORE_ENV)
         given = named or env
         absolute = given is not None and (
             location.is_url(given) or (os.path.isabs(given) and "~" not in given)
@@ -292,7 +293,7 @@ class CheckpointMagics(Magics):
         where = (named, env, "" if absolute else os.getcwd())
         found = self._resolved.get(where)
         if found is None:
-            found = self.engines.get(store_dir)
+            found = self.engines.get(location.store_location(named))
             if len(self._resolved) >= _MEMO_MAX:
                 self._resolved.clear()
             self._resolved[where] = found
@@ -544,9 +545,12 @@ class CheckpointMagics(Magics):
                 paths = store.restore_paths(manifest)
                 print(reports.details_text(reports.describe(manifest, short, paths)))
             elif command == "restore":
+                usage = "usage: %checkpoint restore TARGET [--map-location DEVICE]"
+                rest, device = _map_location(rest, usage)
                 if len(rest) != 1:
-                    raise UsageError("usage: %checkpoint restore TARGET")
-                self._restore(rest[0], resumed=False)
+                    raise UsageError(usage)
+                with torch_support.mapped_to(device):
+                    self._restore(rest[0], resumed=False)
             elif command == "verify":
                 found = store.audit()
                 lines = [*found.lines, *(f"note: {n}" for n in found.notes)]
@@ -567,7 +571,7 @@ class CheckpointMagics(Magics):
                 print(self._plan(rest[0] if rest else None))
             elif command == "gc":
                 try:
-                    keep_last, max_size = cli.parse_gc_words(rest)
+                    keep_last, max_size = parse_gc_words(rest)
                 except ValueError as exc:
                     raise UsageError(str(exc)) from None
                 print(store.gc(keep_last=keep_last, max_size=max_size).summary())
@@ -682,16 +686,29 @@ class CheckpointMagics(Magics):
         In a fresh kernel: ``%load_ext ipy_resume`` then ``%resume``. Every name
         recorded by the checkpointed cells of the most recent kernel session takes
         its value as of that session's last checkpoint, and the random generators
-        are where that cell left them.
+        are where that cell left them.  ``--map-location cpu`` brings torch tensors
+        saved on a device this machine lacks back on the CPU.
 
         Example::
 
             %resume
+            %resume --map-location cpu
         """
-        if line.strip():
-            raise UsageError(
-                "%resume takes no arguments; use %checkpoint restore TARGET for others"
-            )
+        usage = (
+            "usage: %resume [--map-location DEVICE]; "
+            "use %checkpoint restore TARGET for other checkpoints"
+        )
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%resume: {exc}") from None
+        words, device = _map_location(words, usage)
+        if words:
+            raise UsageError(usage)
+        with torch_support.mapped_to(device):
+            self._resume()
+
+    def _resume(self) -> None:
         store = self.engine().store
         root = store.location
         history = Timeline.of(store)
@@ -708,3 +725,25 @@ class CheckpointMagics(Magics):
         span = history.session_span(event.session)
         if span:
             print(f"ipy_resume: that kernel session ran {span}")
+
+
+def _map_location(words: list[str], usage: str) -> tuple[list[str], str | None]:
+    """*words* without ``--map-location DEVICE`` (or ``--map-location=DEVICE``), and DEVICE.
+
+    >>> _map_location(["t1", "--map-location", "cpu"], "usage")
+    (['t1'], 'cpu')
+    """
+    rest: list[str] = []
+    device: str | None = None
+    it = iter(words)
+    for word in it:
+        name, eq, value = word.partition("=")
+        if name != "--map-location":
+            rest.append(word)
+            continue
+        if not eq:
+            value = next(it, "")
+        if not value or value.startswith("-"):
+            raise UsageError(f"--map-location needs a device, e.g. cpu ({usage})")
+        device = value
+    return rest, device

@@ -198,7 +198,7 @@ def restore_device(saved: str) -> str:
     if wanted.split(":")[0] == "cpu":
         return wanted
     if not available(wanted):
-        also = "" if wanted != saved else " (%%checkpoint --map-location cpu restores them there)"
+        also = "" if wanted != saved else " (--map-location cpu brings them back on the CPU)"
         raise DeviceMissing(
             f"its tensors were saved on {saved}, which this machine does not have{also}"
         )

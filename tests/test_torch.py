@@ -284,6 +284,33 @@ def test_a_cuda_checkpoint_on_a_cpu_only_machine(tmp_path: Path) -> None:
     assert "--map-location cpu" in said[0]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="simulates a machine without CUDA")
+def test_resume_and_restore_take_a_map_location(tmp_path: Path) -> None:
+    run_process(tmp_path, [CUDA_SAVE, ON_GPU], {})
+    plain = run_process(
+        tmp_path, ["%load_ext ipy_resume", "%resume"], {"has": "'w' in dir()"}, raising=1
+    )
+    assert plain["eval"]["has"] == "False"
+    said = plain["cells"][1]["stderr"] + str(plain["cells"][1]["error"])
+    assert "cuda:0" in said and "--map-location cpu" in said, said
+    mapped = run_process(
+        tmp_path,
+        ["%load_ext ipy_resume", "%resume --map-location cpu"],
+        {"device": "str(w.device)", "sum": "float(w.sum())"},
+    )
+    restored = run_process(
+        tmp_path,
+        ["%load_ext ipy_resume", "%checkpoint restore gpu --map-location=cpu"],
+        {"device": "str(w.device)"},
+    )
+    assert restored["eval"] == {"device": "'cpu'"}
+    want = float(torch.arange(300_000, dtype=torch.float32).sum())
+    assert mapped["eval"] == {"device": "'cpu'", "sum": str(want)}
+    assert runs(tmp_path, "gpu") == 1
+    bad = run_process(tmp_path, ["%load_ext ipy_resume", "%resume --map-location"], {}, raising=1)
+    assert "--map-location needs a device" in str(bad["cells"][1]["error"])
+
+
 def test_the_device_digest_sees_every_word_and_the_tail() -> None:
     # written for GPU memory; the same torch operations run here on the CPU
     from ipy_resume.torch_support import device_digest
