@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import reliability_report
+from deadlines import wait_until
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -198,13 +199,6 @@ _PAUSED_SAVER = textwrap.dedent(
 )
 
 
-def _wait_for(path: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.005)
-
-
 def test_gc_never_deletes_a_blob_a_concurrent_save_deduplicated_against(tmp_path: Path) -> None:
     root = tmp_path / "s"
     store = Store(root, key=KEY)
@@ -220,7 +214,8 @@ def test_gc_never_deletes_a_blob_a_concurrent_save_deduplicated_against(tmp_path
         text=True,
     )
     try:
-        _wait_for(ready)  # the saver has deduplicated against the orphan and holds the lock
+        # the saver has deduplicated against the orphan and holds the lock
+        wait_until(ready.exists, what="the saver to pause before publishing")
         with pytest.raises(StoreLocked) as info:
             store.gc(grace=0, timeout=0.3)
         assert f"pid {saver.pid}" in str(info.value), str(info.value)
@@ -230,7 +225,9 @@ def test_gc_never_deletes_a_blob_a_concurrent_save_deduplicated_against(tmp_path
         result: list[retention.GcReport] = []
         waiting = threading.Thread(target=lambda: result.append(store.gc(grace=0, timeout=60)))
         waiting.start()
-        time.sleep(0.3)
+        # A window in which nothing may happen, not an ordering: however slow the thread is
+        # to start, the gc must not finish while the save holds the lock.
+        waiting.join(timeout=0.3)
         assert waiting.is_alive() and not result
         go.touch()
         out, _ = saver.communicate(timeout=60)
@@ -272,7 +269,7 @@ def test_lock_of_a_killed_gc_is_recovered_and_a_live_one_is_named(tmp_path: Path
     ready = tmp_path / "ready"
     holder = subprocess.Popen([sys.executable, "-c", _PAUSED_GC, str(root), str(ready)])
     try:
-        _wait_for(ready)
+        wait_until(ready.exists, what="the gc to pause holding the lock")
         store.lock_timeout = 0.3
         with pytest.raises(StoreLocked) as info:
             store.save("b", "k", {"y": 2})

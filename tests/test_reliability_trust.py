@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import reliability_report
+from deadlines import wait_until
 from IPython.core.interactiveshell import InteractiveShell
 
 from ipy_resume.store import Store, Untrusted, signing
@@ -212,6 +213,7 @@ def test_key_file_is_private_and_racing_creators_agree(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "from ipy_resume.store import signing\n"
         "go = Path(sys.argv[2])\n"
+        "Path(sys.argv[3]).touch()\n"
         "while not go.exists():\n"
         "    time.sleep(0.001)\n"
         "print(signing.load_or_create_key(Path(sys.argv[1])).hex())\n"
@@ -219,17 +221,20 @@ def test_key_file_is_private_and_racing_creators_agree(tmp_path: Path) -> None:
     for round_ in range(3):
         key_path = tmp_path / f"data{round_}" / "ipy_resume" / "signing.key"
         go = tmp_path / f"go{round_}"
+        ready = [tmp_path / f"ready{round_}-{i}" for i in range(6)]
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", script, str(key_path), str(go)],
+                [sys.executable, "-c", script, str(key_path), str(go), str(flag)],
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            for _ in range(6)
+            for flag in ready
         ]
-        import time
-
-        time.sleep(1.0)  # let them all import and wait at the barrier
+        wait_until(
+            lambda: all(flag.exists() for flag in ready),  # noqa: B023 - called at once
+            120,
+            what="all six creators to import and wait at the barrier",
+        )
         go.touch()
         keys = {p.communicate(timeout=60)[0].strip() for p in procs}
         assert all(p.returncode == 0 for p in procs)
