@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import queue
 from pathlib import Path
 
-from kernel_utils import Kernel, kernel_env
+from deadlines import wait_until
+from kernel_utils import CellOutput, Kernel, kernel_env
 
 CELLS = [
     "%load_ext ipy_resume",
@@ -52,6 +54,26 @@ FD_CELL = (
 )
 
 
+def stdout_under(kernel: Kernel, cell: CellOutput, text: str) -> str:
+    """The stdout a frontend shows under *cell*, up to *text* if that comes after the reply:
+    ipykernel's thread reading descriptor 1 forwards what it reads in its own time."""
+    shown = [cell.stdout]
+
+    def arrived() -> bool:
+        try:
+            msg = kernel.client.get_iopub_msg(timeout=0.1)
+        except queue.Empty:
+            return False
+        content = msg["content"]
+        if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == cell.msg_id:
+            shown.append(content["text"] if content["name"] == "stdout" else "")
+        return text in "".join(shown)
+
+    if text not in cell.stdout:
+        wait_until(arrived, what=f"{text!r} under the cell")
+    return "".join(shown)
+
+
 def test_output_written_below_python_is_shown_live_and_replayed(tmp_path: Path) -> None:
     # What C code and child processes write to descriptors 1 and 2 reaches the notebook
     # through the kernel's own pipe; ipy_resume records it on the way and replays it.
@@ -60,12 +82,10 @@ def test_output_written_below_python_is_shown_live_and_replayed(tmp_path: Path) 
         with Kernel(tmp_path, kernel_env(tmp_path)) as kernel:
             kernel.run("%load_ext ipy_resume")
             runs.append(kernel.run(FD_CELL))
-            # (ipykernel's thread reading descriptor 1 forwards it: given time to, under load)
-            after = kernel.run(
-                "import os, time; os.write(1, b'after the cell\\n'); time.sleep(0.5); done"
-            )
+            after = kernel.run("import os; os.write(1, b'after the cell\\n'); done")
             assert after.result == {"text/plain": "True"}
-            assert "after the cell" in after.stdout  # the kernel's own pipe is back in place
+            # the kernel's own pipe is back in place
+            assert "after the cell" in stdout_under(kernel, after, "after the cell")
     first, second = runs
     assert first.status == second.status == "ok", (first.error, second.error)
     for text in ("from python", "from the descriptor", "from a child"):
