@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import reliability_report
+from deadlines import wait_until
 from kernel_utils import Kernel, kernel_env
 from s3_utils import FaultProxy, apply_env, s3_env
 
@@ -106,10 +107,7 @@ def test_kill_during_multipart_upload(
     with Kernel(tmp_path / "k", env) as k:
         k.run("%load_ext ipy_resume")
         k.client.execute(BIG)
-        deadline = time.monotonic() + 180
-        while not client.list_multipart_uploads(Bucket=bucket).get("Uploads"):
-            assert time.monotonic() < deadline, "no multipart upload was seen"
-            time.sleep(0.02)
+        _wait_for_an_upload(s3_server, bucket)
         os.kill(k.pid, signal.SIGKILL)
     listed = client.list_objects_v2(Bucket=bucket, Prefix="team/manifests/")
     assert listed.get("KeyCount", 0) == 0  # no checkpoint is visible
@@ -152,7 +150,8 @@ def test_faults_are_retried_or_one_line(
 ) -> None:
     proxy = FaultProxy(s3_server.port)
     key_file = tmp_path / "secrets" / "me.key"
-    url = f"s3://{s3_server.bucket()}/team"
+    bucket = s3_server.bucket()
+    url = f"s3://{bucket}/team"
     # small parts, so a multipart upload meets the faults too
     monkeypatch.setattr(rb, "PART_SIZE", 5 << 20)
     monkeypatch.setattr(rb, "MULTIPART_MIN", 10 << 20)
@@ -196,12 +195,14 @@ def test_faults_are_retried_or_one_line(
             target=lambda: outcome.append(_try(lambda: store.save("f", "pause", want)))
         )
         worker.start()
-        time.sleep(0.3)
+        _wait_for_an_upload(s3_server, bucket)
         proxy.pause()
-        time.sleep(3)
+        time.sleep(3)  # the length of the outage the save must outlast, not an ordering
         proxy.resume()
         worker.join(120)
         assert outcome and not isinstance(outcome[0], BaseException), outcome
+        met_the_outage = store.backend.retries  # type: ignore[attr-defined]
+        assert met_the_outage, "the save finished before the server went away"
         paused = open_store(url)
         found = paused.find("f", "pause")
         assert found is not None and _same(paused.load_values(found), want)
@@ -227,6 +228,17 @@ def test_faults_are_retried_or_one_line(
     )
 
 
+def _wait_for_an_upload(s3_server: Any, bucket: str) -> None:
+    """Until a multipart upload is under way (asked of the server, not through a proxy)."""
+    client = s3_server.client()
+    wait_until(
+        lambda: client.list_multipart_uploads(Bucket=bucket).get("Uploads"),
+        180,
+        what="a multipart upload to begin",
+        every=0.005,
+    )
+
+
 def _try(fn: Any) -> object:
     try:
         return fn()
@@ -248,9 +260,9 @@ def _server_restart(s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         target=lambda: outcome.append(_try(lambda: store.save("f", "restart", want)))
     )
     worker.start()
-    time.sleep(0.2)
+    _wait_for_an_upload(s3_server, bucket)
     s3_server.stop()
-    time.sleep(1)
+    time.sleep(1)  # the server stays away a moment: the outage, not an ordering
     s3_server.start()
     s3_server.client().create_bucket(Bucket=bucket)  # the bucket comes back, its data not
     worker.join(120)
@@ -313,8 +325,9 @@ def test_gc_under_load(s3_server: Any, tmp_path: Path, monkeypatch: pytest.Monke
     )
     removed_blobs = removed = 0
     try:
-        time.sleep(2)
         store = open_store(url)
+        # gc starts once the writer commits, so every round races live saves
+        wait_until(store.manifests, 120, what="the writer's first checkpoint")
         for _ in range(rounds):
             report = store.gc(keep_last=1, grace=0.0)
             removed_blobs += report.removed_blobs
