@@ -23,6 +23,10 @@ export interface ChangedMessage {
   summary: Summary;
   last_seq: number | null;
   store: string;
+  /** As in a snapshot: checkpoints these events name that the store no longer has. */
+  unavailable?: string[];
+  /** As in a snapshot: the prefixes to show, merged over what the panel already has. */
+  short_ids?: Record<string, string>;
 }
 
 type Waiter = {
