@@ -8,13 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
 from conftest import subprocess_env
+from deadlines import wait_until
 
 from ipy_resume import headless
 
@@ -154,12 +154,12 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, template: Path) -> P
     return folder
 
 
-def wait_for(path: Path, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.1)
-    time.sleep(0.2)  # the pid is written
+def pid_in(path: Path, seconds: float = 120) -> int:
+    """The pid a hanging cell writes to *path*, once the file holds it (it is created first)."""
+    text = wait_until(
+        lambda: path.exists() and path.read_text().strip(), seconds, what=f"a pid in {path.name}"
+    )
+    return int(text)
 
 
 def killed_in_cell_15(folder: Path, *command: str) -> subprocess.CompletedProcess[str]:
@@ -173,8 +173,7 @@ def killed_in_cell_15(folder: Path, *command: str) -> subprocess.CompletedProces
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for(folder / "hang.pid")
-    os.kill(int((folder / "hang.pid").read_text()), signal.SIGKILL)
+    os.kill(pid_in(folder / "hang.pid"), signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=120)
     (folder / "hang").unlink()
     assert proc.returncode != 0
