@@ -82,6 +82,7 @@ def test_every_kind_of_reader_is_tracked(tmp_path: Path) -> None:
     for i, name in enumerate(READERS, start=1):
         assert f"restored '{name}'" in second["cells"][i]["stderr"], second["cells"][i]
 
+    # a later tick of the filesystem's clock: every mtime moves, as an edit's would
     time.sleep(0.01)
     _write_inputs(tmp_path, 2)
     third = run_process(tmp_path, cells, evals)

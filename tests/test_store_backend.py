@@ -52,7 +52,7 @@ def test_a_folders_identity_follows_its_entries(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path / "root")
     backend.put("m/k/a.json", [b"x"])
     before = backend.identity("m/k")
-    time.sleep(0.05)
+    time.sleep(0.05)  # a later tick of the folder's clock
     backend.put("m/k/b.json", [b"y"])
     after = backend.identity("m/k")
     assert before is not None and after is not None and before[0] != after[0]
