@@ -1,8 +1,8 @@
 """``ipy-resume``: look at and check a checkpoint store from a terminal.
 
 A thin adapter over :mod:`ipy_resume.store`, :mod:`ipy_resume.reports` and
-:mod:`ipy_resume.queries`; the argument types of ``gc`` (also used by ``%checkpoint gc``)
-live here.
+:mod:`ipy_resume.queries`; the argument types of ``gc`` live beside ``parse_size`` in
+:mod:`ipy_resume.store.retention`, where ``%checkpoint gc`` finds them too.
 """
 
 from __future__ import annotations
@@ -12,62 +12,11 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from . import reports
 from .queries import Timeline, stats_text
 from .store import StoreError, location, open_store
-from .store.retention import parse_size
-
-
-def size_argument(text: str) -> int:
-    """:func:`parse_size` for argparse (a bad size is a usage error).
-
-    >>> size_argument("2G")
-    2147483648
-    """
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def count_argument(text: str) -> int:
-    """A ``--keep-last`` count for argparse: an integer of at least 1.
-
-    >>> count_argument("3")
-    3
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"--keep-last needs a whole number of at least 1, got {text!r}"
-        )
-    return value
-
-
-def parse_gc_words(words: list[str]) -> tuple[int | None, int | None]:
-    """``(keep_last, max_size)`` from ``%checkpoint gc`` words; ValueError with usage on a mistake.
-
-    >>> parse_gc_words(["--keep-last", "3", "--max-size", "1G"])
-    (3, 1073741824)
-    """
-
-    class _Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> Any:  # a usage mistake, not an exit
-            raise ValueError(f"%checkpoint gc: {message}. {GC_USAGE}")
-
-    parser = _Parser(prog="%checkpoint gc", add_help=False)
-    parser.add_argument("--keep-last", type=count_argument, default=None)
-    parser.add_argument("--max-size", type=size_argument, default=None)
-    args = parser.parse_args(words)
-    return args.keep_last, args.max_size
-
-
-GC_USAGE = "usage: %checkpoint gc [--keep-last N] [--max-size SIZE]   (SIZE like 500M, 2G)"
+from .store.retention import count_argument, size_argument
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -5,6 +5,12 @@ the user typed into a *location* with :func:`resolve`: an absolute :class:`~path
 for a folder, or a normalised URL string for an object store.  A URL whose protocol
 needs a package that is not installed is refused here in one line naming the package,
 rather than taken for a folder called ``s3:``.
+
+Which store a front end opens is decided once, by :func:`store_location` (the magics,
+``ipy-resume``, ``ipy-resume run`` and the papermill engine all call it): the store
+named, else ``$IPY_RESUME_DIR``, else ``.ipy_resume`` in the notebook's folder.  A
+relative ``$IPY_RESUME_DIR`` is taken from the notebook's folder, the kernel's working
+directory, so a headless run started elsewhere uses the store its kernel's cells would.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ __all__ = [
     "open_store",
     "resolve",
     "split_url",
+    "store_location",
 ]
 
 Location = Path | str
@@ -129,13 +136,35 @@ def default_store_dir(
     return (Path.cwd() if folder is None else folder) / STORE_DIRNAME
 
 
+def store_location(
+    named: str | os.PathLike[str] | None = None,
+    folder: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Location:
+    """The store a front end opens, resolved: *named*, else :func:`default_store_dir`.
+
+    *named* is the store the user gave (``--store``); a relative one is taken from this
+    process's working directory, as a path typed on a command line is.  Otherwise the
+    default store of the notebook in *folder* (default: this process's working
+    directory), where a relative ``$IPY_RESUME_DIR`` is taken from *folder*.
+
+    >>> str(store_location(folder=Path("/nb"), env={"IPY_RESUME_DIR": "runs"}))
+    '/nb/runs'
+    >>> str(store_location("/srv/store", folder=Path("/nb"), env={}))
+    '/srv/store'
+    """
+    if named:
+        return resolve(named)
+    return resolve(default_store_dir(folder, env))
+
+
 def default_root() -> Location:
     """The store the kernel uses now, resolved (``$IPY_RESUME_DIR`` or ``./.ipy_resume``).
 
     >>> default_root().name  # doctest: +SKIP
     '.ipy_resume'
     """
-    return resolve(default_store_dir())
+    return store_location()
 
 
 def key(where: str | os.PathLike[str]) -> str:

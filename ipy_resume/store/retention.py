@@ -38,6 +38,7 @@ deletes a blob a concurrent save is about to commit a manifest for.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sqlite3
 import time
@@ -58,12 +59,16 @@ if TYPE_CHECKING:
     from ipy_resume.store.store import Store
 
 __all__ = [
+    "GC_USAGE",
     "GcReport",
     "Scan",
     "collect",
+    "count_argument",
     "format_size",
+    "parse_gc_words",
     "parse_size",
     "scan_manifests",
+    "size_argument",
 ]
 
 UNLOCKED_GRACE = 3600.0
@@ -92,6 +97,56 @@ def format_size(value: int) -> str:
     '1.5 KiB'
     """
     return units.format_size(value, base=1024)
+
+
+def size_argument(text: str) -> int:
+    """:func:`parse_size` for argparse (a bad size is a usage error).
+
+    >>> size_argument("2G")
+    2147483648
+    """
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def count_argument(text: str) -> int:
+    """A ``--keep-last`` count for argparse: an integer of at least 1.
+
+    >>> count_argument("3")
+    3
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"--keep-last needs a whole number of at least 1, got {text!r}"
+        )
+    return value
+
+
+def parse_gc_words(words: list[str]) -> tuple[int | None, int | None]:
+    """``(keep_last, max_size)`` from ``%checkpoint gc`` words; ValueError with usage on a mistake.
+
+    >>> parse_gc_words(["--keep-last", "3", "--max-size", "1G"])
+    (3, 1073741824)
+    """
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:  # a usage mistake, not an exit
+            raise ValueError(f"%checkpoint gc: {message}. {GC_USAGE}")
+
+    parser = _Parser(prog="%checkpoint gc", add_help=False)
+    parser.add_argument("--keep-last", type=count_argument, default=None)
+    parser.add_argument("--max-size", type=size_argument, default=None)
+    args = parser.parse_args(words)
+    return args.keep_last, args.max_size
+
+
+GC_USAGE = "usage: %checkpoint gc [--keep-last N] [--max-size SIZE]   (SIZE like 500M, 2G)"
 
 
 @dataclass
