@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_demo(args.workdir)
     try:
-        root = location.resolve(args.store or location.default_store_dir())
+        root = location.store_location(args.store)
         store = open_store(root)
         if args.command == "list":
             manifests = store.manifests()

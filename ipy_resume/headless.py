@@ -446,9 +446,7 @@ def run_command(
         return 2
     cwd = source.resolve().parent
     try:
-        store_dir = location.resolve(
-            store or os.environ.get(location.STORE_ENV) or cwd / location.STORE_DIRNAME
-        )
+        store_dir = location.store_location(store, folder=cwd)
     except StoreError as exc:
         print(f"ipy-resume run: {exc}", file=sys.stderr)
         return 2

@@ -47,7 +47,8 @@ class ResumeEngine(NBClientEngine):
     ):
         source = kwargs.get("input_path")
         trust = isinstance(source, (str, os.PathLike)) and file_has_cell_ids(source)
-        store = location.default_root()
+        # papermill runs the kernel in this process's working directory (its --cwd)
+        store = location.store_location()
         kwargs = remove_args(["input_path"], **kwargs)
         safe = remove_args(["timeout", "startup_timeout"], **kwargs)
         extra = [*safe.pop("extra_arguments", []), LOAD_EXTENSION]

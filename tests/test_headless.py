@@ -15,6 +15,7 @@ import nbformat
 import pytest
 from conftest import subprocess_env
 from deadlines import wait_until
+from kernel_utils import Kernel, kernel_env
 
 from ipy_resume import headless
 
@@ -293,6 +294,56 @@ def test_papermill_engine_resumes_and_follows_parameters(
     changed = papermill_run(tmp_path, "-p", "alpha", "0.5")
     assert changed.returncode == 0, changed.stderr
     assert logged(tmp_path) == sorted(ALPHA_CELLS)
+
+
+def test_a_relative_store_dir_is_next_to_the_notebook_wherever_the_run_starts(
+    tmp_path: Path,
+) -> None:
+    """``IPY_RESUME_DIR=runs``: ``ipy-resume run`` started from another folder and a
+    kernel's ``%%checkpoint`` in the notebook's folder use one store, ``runs`` beside it."""
+    notebooks, elsewhere = tmp_path / "notebooks", tmp_path / "elsewhere"
+    notebooks.mkdir()
+    elsewhere.mkdir()
+    source = "open('side.log', 'a').write('ran\\n')\nanswer = 41 + 1\nprint(answer)"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    nb.cells[0].id = "answer"
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, notebooks / "nb.ipynb")
+    env = {**subprocess_env(tmp_path), "IPY_RESUME_DIR": "runs"}
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ipy_resume.cli",
+            "run",
+            os.path.join("..", "notebooks", "nb.ipynb"),
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"checkpoints in {notebooks / 'runs'}" in run.stdout, run.stdout
+    assert (notebooks / "runs").is_dir() and not (elsewhere / "runs").exists()
+    assert (notebooks / "side.log").read_text() == "ran\n"
+
+    # the same cell in a kernel of the notebook's folder, the same relative variable:
+    # restored from the headless run's checkpoint, so its side effect does not repeat
+    with Kernel(notebooks, {**kernel_env(tmp_path), "IPY_RESUME_DIR": "runs"}) as kernel:
+        assert kernel.run("%load_ext ipy_resume").status == "ok"
+        cell = kernel.run(headless.wrapped(source, "answer"))
+        assert cell.status == "ok", cell.error
+        assert cell.stdout == "42\n"
+        where = kernel.run("from ipy_resume.store import location; print(location.default_root())")
+        assert where.stdout.strip() == str(notebooks / "runs")
+    assert (notebooks / "side.log").read_text() == "ran\n"
 
 
 def test_cell_ids_come_from_the_file_or_the_source(tmp_path: Path) -> None:
