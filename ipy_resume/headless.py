@@ -35,7 +35,7 @@ from nbclient.util import run_sync
 
 from .analysis import first_line
 from .store import StoreError, location, open_store
-from .store.journal import OUTCOME_PAYLOAD, Journal
+from .store.journal import OUTCOME_PAYLOAD, SYNC_ENV, Journal
 
 LOAD_EXTENSION = "--ext=ipy_resume"
 _ID_OK = re.compile(r"^[A-Za-z0-9_.:-]{1,120}$")
@@ -179,6 +179,19 @@ def wrapped(source: str, cell_id: str) -> str:
 # ---- execution ------------------------------------------------------------------------------
 
 
+def kernel_env(store: location.Location) -> dict[str, str]:
+    """The environment of a headless run's kernel: this process's, the store named.
+
+    The store is handed over resolved, so the kernel uses the one this process chose
+    wherever it starts; each cell's outcome is read from the journal right after the
+    cell, so the journal writes every row at once.
+
+    >>> kernel_env(Path("/srv/store"))["IPY_RESUME_DIR"]
+    '/srv/store'
+    """
+    return {**os.environ, location.STORE_ENV: str(store), SYNC_ENV: "1"}
+
+
 class CheckpointingCells:
     """nbclient mix-in: every code cell runs under ``%%checkpoint`` and its outcome is
     read back from the store's journal."""
@@ -307,9 +320,7 @@ def run_notebook(
         resources={"metadata": {"path": str(cwd)}},
     )
     client.setup_checkpoints(ids, store, outcome)
-    # each cell's outcome is read from the journal right after it: written at once
-    env = dict(os.environ, IPY_RESUME_DIR=str(store), IPY_RESUME_JOURNAL_SYNC="1")
-    with client.setup_kernel(env=env, cwd=str(cwd)):
+    with client.setup_kernel(env=kernel_env(store), cwd=str(cwd)):
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue

@@ -18,7 +18,14 @@ from papermill.engines import NBClientEngine
 from papermill.log import logger
 from papermill.utils import merge_kwargs, remove_args
 
-from .headless import LOAD_EXTENSION, CheckpointingCells, cell_ids, file_has_cell_ids, first_line
+from .headless import (
+    LOAD_EXTENSION,
+    CheckpointingCells,
+    cell_ids,
+    file_has_cell_ids,
+    first_line,
+    kernel_env,
+)
 from .store import location
 
 
@@ -74,6 +81,4 @@ class ResumeEngine(NBClientEngine):
             )
 
         client.setup_checkpoints(ids, store, report)
-        # each cell's outcome is read from the journal right after it: written at once
-        env = dict(os.environ, IPY_RESUME_DIR=str(store), IPY_RESUME_JOURNAL_SYNC="1")
-        return client.execute(env=env)
+        return client.execute(env=kernel_env(store))

@@ -346,6 +346,20 @@ def test_a_relative_store_dir_is_next_to_the_notebook_wherever_the_run_starts(
     assert (notebooks / "side.log").read_text() == "ran\n"
 
 
+def test_the_kernels_environment_names_the_chosen_store_and_keeps_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ipy_resume.store.journal import SYNC_ENV
+
+    monkeypatch.setenv("IPY_RESUME_DIR", "relative")
+    monkeypatch.setenv("IPY_RESUME_TEST_MARK", "kept")
+    env = headless.kernel_env(tmp_path / "store")
+    assert env["IPY_RESUME_DIR"] == str(tmp_path / "store")
+    assert env[SYNC_ENV] == "1"
+    assert env["IPY_RESUME_TEST_MARK"] == "kept"
+    assert os.environ["IPY_RESUME_DIR"] == "relative"  # this process's is left alone
+
+
 def test_cell_ids_come_from_the_file_or_the_source(tmp_path: Path) -> None:
     make_notebook(tmp_path / "nb.ipynb")
     nb = nbformat.read(tmp_path / "nb.ipynb", as_version=4)
