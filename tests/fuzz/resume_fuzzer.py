@@ -68,6 +68,7 @@ SIZES: dict[str, tuple[int, str, float]] = {
 BIG_EVERY = 5  # rounds with a 200 MB cell: 1 in BIG_EVERY
 SLEEPER = "%%checkpoint sleeper\nimport time\ntime.sleep(60)\nzz = 1"
 NAMES = r"(v|tag)\d+|zz"
+VERDICTS = ("passed", "short", "wrong", "errors")
 
 # The digest both sides take: the kernel's probe runs this source, the harness execs it.
 DIGEST_SOURCE = """
@@ -259,8 +260,9 @@ def difference(got: dict[str, str], want: dict[str, str]) -> str:
 
 
 class Fuzzer:
-    def __init__(self, work: Path, seed: int, series: int) -> None:
+    def __init__(self, work: Path, seed: int, series: int, progress: bool = False) -> None:
         self.work = work
+        self.progress = progress
         self.rng = random.Random(seed)
         self.series = series
         self.counts: dict[str, Any] = {
@@ -298,8 +300,20 @@ class Fuzzer:
                 folder.mkdir(parents=True)
                 before = {}
             started = time.monotonic()
+            tally = [self.counts[k] for k in VERDICTS]
             before = self.round(round_no, folder, before)
             self.round_seconds.append(time.monotonic() - started)
+            if self.progress:
+                verdict = next(
+                    k for k, n in zip(VERDICTS, tally, strict=True) if self.counts[k] != n
+                )
+                print(
+                    f"round {round_no}: {verdict} ({self.round_seconds[-1]:.1f} s; so far "
+                    + ", ".join(f"{self.counts[k]} {k}" for k in VERDICTS)
+                    + ")",
+                    file=sys.stderr,
+                    flush=True,
+                )
         self.counts["seconds_per_round"] = round(statistics.median(self.round_seconds), 2)
         self.counts["slowest_round"] = round(max(self.round_seconds), 2)
         return self.counts
@@ -361,12 +375,13 @@ def main(argv: list[str] | None = None) -> int:
         "--seed", type=int, default=int(os.environ.get("IPY_RESUME_FUZZ_SEED", "1"))
     )
     parser.add_argument("--series", type=int, default=4, help="rounds per store")
+    parser.add_argument("--progress", action="store_true", help="a line per round on stderr")
     parser.add_argument("--work", type=Path, help="folder for the stores (default: a temp one)")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="ipy-resume-fuzz-"))
     started = time.monotonic()
     try:
-        counts = Fuzzer(work, args.seed, args.series).run(args.rounds)
+        counts = Fuzzer(work, args.seed, args.series, args.progress).run(args.rounds)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
