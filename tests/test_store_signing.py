@@ -354,3 +354,71 @@ def test_a_format_2_manifest_signed_again_keeps_the_layout_its_readers_insist_on
     assert mf.decode(data, KEY_A).format == 2
     m.format = 3
     assert mf.decode(mf.encode(m, KEY_A), KEY_A).info == {"a": [1, "é"]}
+
+
+# ---------------------------------------------------------------------------
+# the key and its backup damaged together
+
+
+def _flip_two(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    for i in (at, at + 37):
+        data[i % len(data)] ^= 0x41
+    path.write_bytes(bytes(data))
+
+
+def test_key_and_backup_both_flipped_keep_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "ipy_resume" / "signing.key"
+    key = load_or_create_key(path)
+    backup = signing.backup_path(path)
+    good = backup.read_bytes()
+    for at in (0, 5, 70, 90, 200, 260):  # the key, and each of the backup's copies
+        _flip_two(path, 3)
+        _flip_two(backup, at)
+        notes: list[str] = []
+        assert load_or_create_key(path, notes=notes) == key
+        assert path.read_text() == key.hex() + "\n" and backup.read_bytes() == good
+        (note,) = notes
+        assert str(path) in note and "rebuilt from" in note and "\n" not in note
+    assert load_or_create_key(path, notes=notes) == key and len(notes) == 1  # said once
+
+
+def test_backup_damaged_alone_is_rebuilt_from_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "signing.key"
+    key = load_or_create_key(path)
+    backup = signing.backup_path(path)
+    backup.write_bytes(b"garbage")
+    notes: list[str] = []
+    assert load_or_create_key(path, notes=notes) == key
+    assert notes == [f"the signing key's backup {backup} was damaged: rebuilt from the key"]
+
+
+def test_key_and_backup_beyond_reading_are_set_aside_and_a_new_key_made(tmp_path: Path) -> None:
+    path = tmp_path / "ipy_resume" / "signing.key"
+    old = load_or_create_key(path)
+    backup = signing.backup_path(path)
+    path.write_bytes(b"garbage in the key")
+    backup.write_bytes(b"garbage in the backup")
+    notes: list[str] = []
+    new = load_or_create_key(path, notes=notes)
+    assert new != old and load_or_create_key(path) == new
+    (note,) = notes
+    assert "signing.key" in note and "backup" in note and "a new key was made" in note
+    aside = sorted(p.name.split(".damaged-")[0] for p in path.parent.glob("*.damaged-*"))
+    assert aside == ["signing.key", "signing.key.backup"]
+    kept = {p.read_bytes() for p in path.parent.glob("*.damaged-*")}
+    assert kept == {b"garbage in the key", b"garbage in the backup"}  # never deleted
+
+
+def test_backups_of_both_layouts_read(tmp_path: Path) -> None:
+    path = tmp_path / "signing.key"
+    key = load_or_create_key(path)
+    backup = signing.backup_path(path)
+    # versions before the spare copies read the first 192 bytes and want two words there
+    words = backup.read_bytes()[:192].split()
+    assert len(words) == 2 and bytes.fromhex(words[0].decode()) == key
+    older = b"\n".join(words) + b"\n"
+    backup.write_bytes(older)
+    path.unlink()
+    assert load_or_create_key(path) == key
+    assert backup.read_bytes() == older  # a sound backup of the older layout is left alone

@@ -6,8 +6,13 @@ The key is 32 random bytes stored as hex in
 file created with mode 0600, fsynced, then published with ``os.link``; when
 several processes race, the first link wins and the others read the winner's
 key, so every process ends with the same key.  A backup beside it
-(``signing.key.backup``, with a digest of the key) replaces it when it is lost
-or damaged, and is itself written again when it is.
+(``signing.key.backup``) replaces it when it is lost or damaged, and is itself
+written again when it is.  The backup holds the key :data:`BACKUP_COPIES` times,
+each with a digest of it, so that a few flipped bytes in both files still leave
+the key; the first copy is laid out as versions before the spare copies read it.
+When the key file and its backup are both beyond reading, both are moved aside
+(``signing.key.damaged-<time>``) and a new key is made: checkpoints signed with
+the old one execute again once, instead of every cell running without a store.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import stat
+import time
 import warnings
 from pathlib import Path
 
@@ -34,6 +41,11 @@ __all__ = [
 ]
 
 KEY_BYTES = 32
+BACKUP_COPIES = 3
+# older versions read the first 192 bytes of a backup and want exactly the key's line and
+# its digest's there: the first copy keeps that layout, the others follow those bytes
+_OLD_READ = 4 * KEY_BYTES + 64
+_COPY = re.compile(rb"([0-9a-f]{%d})\s+([0-9a-f]{16})(?![0-9a-f])" % (2 * KEY_BYTES))
 
 
 class KeyFileError(fsio.StoreError):
@@ -79,50 +91,86 @@ def _fingerprint(key: bytes) -> str:
 
 
 def _backup_bytes(key: bytes) -> bytes:
-    # the key plus a digest of it: a backup that was damaged is found, not used, and a key
-    # file damaged into other valid hex digits is told apart from the backup
+    # the key plus a digest of it, several times: a copy that was damaged is found, not
+    # used, and a key file damaged into other valid hex digits is told apart from the backup
+    line = key.hex().encode("ascii") + b" " + _fingerprint(key).encode("ascii") + b"\n"
+    first = line.replace(b" ", b"\n").ljust(_OLD_READ, b"\n")
+    return first + line * (BACKUP_COPIES - 1)
+
+
+def _old_backup_bytes(key: bytes) -> bytes:
+    # a backup written before the spare copies: sound, and left as it is
     return key.hex().encode("ascii") + b"\n" + _fingerprint(key).encode("ascii") + b"\n"
 
 
-def _read_backup(path: Path) -> bytes | None:
-    """The key in a sound backup file, else None (missing, unreadable or damaged)."""
+def _read_backup(path: Path) -> tuple[bytes | None, bytes | None]:
+    """The key in the first sound copy of the backup file (None: missing, unreadable or
+    every copy damaged), and the file's bytes (None: there is no such file)."""
     try:
         with open(path, "rb") as f:
-            lines = f.read(4 * KEY_BYTES + 64).decode("ascii").split()
-        key = bytes.fromhex(lines[0])
-    except (OSError, UnicodeDecodeError, ValueError, IndexError):
-        return None
-    if len(key) != KEY_BYTES or len(lines) != 2 or lines[1] != _fingerprint(key):
-        return None
-    return key
+            data = f.read(2 * _OLD_READ + 4 * BACKUP_COPIES * KEY_BYTES)
+    except FileNotFoundError:
+        return None, None
+    except OSError:
+        return None, b""
+    for found in _COPY.finditer(data):
+        key = bytes.fromhex(found.group(1).decode("ascii"))
+        if found.group(2).decode("ascii") == _fingerprint(key):
+            return key, data
+    return None, data
 
 
-def load_or_create_key(path: str | os.PathLike[str] | None = None) -> bytes:
+def load_or_create_key(
+    path: str | os.PathLike[str] | None = None, *, notes: list[str] | None = None
+) -> bytes:
     """Return the signing key at *path* (default :func:`default_key_path`), creating it if needed.
 
     The key is kept twice: in *path* and, with a digest of it, in :func:`backup_path`.
     When one of them is lost or damaged the other is used and the lost one written
     again, so every checkpoint signed with the key stays trusted.  A key file with no
     backup (made before backups existed, or mounted as a secret) gets one when its folder
-    is writable.
+    is writable.  When both are damaged beyond reading they are moved aside and a new
+    key is made.  *notes* gets one line for each such repair.
 
     >>> len(load_or_create_key("/tmp/doc-keys/signing.key"))  # doctest: +SKIP
     32
     """
     key_path = Path(path) if path is not None else default_key_path()
     spare = backup_path(key_path)
-    backed = _read_backup(spare)
+    backed, backup_data = _read_backup(spare)
+    spare_exists = backup_data is not None
+    damage = ""  # what was wrong, for the note
     key: bytes | None
     try:
         key = _read_key(key_path)
     except FileNotFoundError:
         key = backed
+        damage = f"the signing key {key_path} was missing" if spare_exists else ""
     except KeyFileError:
-        if backed is None:
-            raise
+        if backed is None and not spare_exists:
+            raise  # a key of the user's own (or from before backups): never replaced
         key = backed  # damaged: the backup has it (and the key file is written again)
-    if key is not None and backed is not None and key != backed:
+        damage = f"the signing key {key_path} was damaged (not {2 * KEY_BYTES} hex digits)"
+    if key is None and damage:
+        # the backup is damaged too: nothing is left of the key; set both aside
+        key = _file_key(key_path)  # (unless another process has just made a new one)
+        if key is None:
+            try:
+                moved = f"moved aside: {_set_aside(key_path, spare)}"
+            except OSError as exc:  # (a read-only folder: a mounted secret is never replaced)
+                if key_path.exists():
+                    raise KeyFileError(
+                        f"the signing key {key_path} and its backup are damaged and cannot be "
+                        f"moved aside ({exc.strerror or exc}); delete both to create a new key "
+                        "(checkpoints signed with the old key will then be re-executed)",
+                        path=str(key_path),
+                    ) from exc
+                moved = f"left in place: {exc.strerror or exc}"
+            damage += f" and its backup {spare.name} was damaged too ({moved})"
+    elif key is not None and backed is not None and key != backed:
         key = backed  # the key file changed into other valid digits; the backup checks itself
+        damage = f"the signing key {key_path} changed into other digits"
+    made = key is None
     if key is None:
         fsio.makedirs(key_path.parent.parent)
         fsio.makedirs(key_path.parent, mode=0o700)  # our own folder: owner only
@@ -135,9 +183,34 @@ def load_or_create_key(path: str | os.PathLike[str] | None = None) -> bytes:
         key = _read_key(key_path)
     elif _file_key(key_path) != key:
         _write_quietly(key_path, key.hex().encode("ascii") + b"\n")
-    if backed != key:
+    how = f"rebuilt from its backup {spare.name}"
+    if made:
+        how = "a new key was made: checkpoints signed with the old one execute again once"
+    if backed != key or backup_data not in (_backup_bytes(key), _old_backup_bytes(key)):
+        if damage and backed == key:  # (the backup's first copy was damaged, another sound)
+            damage += f" and its backup {spare.name} was damaged too"
+            how = f"both rebuilt from a sound copy in {spare.name}"
+        elif spare_exists and not damage:
+            # (only the backup was damaged: the key file was sound)
+            damage, how = f"the signing key's backup {spare} was damaged", "rebuilt from the key"
         _write_quietly(spare, _backup_bytes(key))
+    if damage and notes is not None:
+        notes.append(f"{damage}: {how}")
     return key
+
+
+def _set_aside(*paths: Path) -> str:
+    """Move damaged key files aside under a name that says so (never deleted); their names."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    moved = []
+    for path in paths:
+        target = path.with_name(f"{path.name}.damaged-{stamp}-{secrets.token_hex(2)}")
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            continue  # another process moved it
+        moved.append(target.name)
+    return ", ".join(moved) or "by another process"
 
 
 def _file_key(path: Path) -> bytes | None:
