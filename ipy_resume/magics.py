@@ -441,6 +441,9 @@ class CheckpointMagics(Magics):
             with torch_support.mapped_to(opts.map_location):
                 return engine.run(self.shell.user_ns, source, opts, host)
         finally:
+            # damage the store found on its way and repaired (store.json, journal, key)
+            for text in engine.store.take_repairs():
+                host.message(f"ipy_resume: {text}")
             if engine.last_outcome is not None:
                 comm.push_outcome(self.shell, engine, opts, engine.last_outcome, cell)
                 _reply_outcome(self.shell, opts.cell_id, engine.last_outcome)

@@ -64,8 +64,11 @@ def _rng_digest() -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def run_notebook(workdir: Path) -> dict[str, Any]:
-    """Run every pass of the notebook in this process; the figures of each checkpointed cell."""
+def run_notebook(workdir: Path, passes: tuple[int, ...] = PASSES) -> dict[str, Any]:
+    """Run *passes* of the notebook in this process; the figures of each checkpointed cell.
+
+    Each pass makes a checkpoint of every cell, except 'draw' after the first.
+    """
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
@@ -82,7 +85,7 @@ def run_notebook(workdir: Path) -> dict[str, Any]:
     shell.events.register("post_run_cell", lambda *_: background.flush())
     shell.run_cell("import numpy as np")
     cells: dict[str, Any] = {}
-    for p in PASSES:
+    for p in passes:
         shell.run_cell(f"P = {p}")
         for cell_id, source in CELLS.items():
             Path("out.txt").unlink(missing_ok=True)  # a hit must put it back
@@ -121,7 +124,9 @@ def warm() -> None:
     import ipy_resume.timeline  # noqa: F401
 
 
-def forked_run(workdir: Path, env: dict[str, str]) -> dict[str, Any]:
+def forked_run(
+    workdir: Path, env: dict[str, str], passes: tuple[int, ...] = PASSES
+) -> dict[str, Any]:
     """:func:`run_notebook` in a forked child; raises when the child fails."""
     read, write = os.pipe()
     pid = os.fork()
@@ -130,7 +135,7 @@ def forked_run(workdir: Path, env: dict[str, str]) -> dict[str, Any]:
         try:
             os.close(read)
             os.environ.update(env)
-            payload = json.dumps(run_notebook(workdir)).encode()
+            payload = json.dumps(run_notebook(workdir, passes)).encode()
         except BaseException as exc:
             payload = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
             code = 1

@@ -3,9 +3,11 @@
 What each file is, what its loss or damage means, and how it heals:
 
 ===========================  ==============================================================
-``store.json`` and           the base seed of default seeds.  Kept in both files and in
-``store.backup.json``        every manifest; a damaged or missing copy is written again
-                             from another the next time a cell runs (or by ``gc``).
+``store.json`` and           the base seed of default seeds.  Kept in both files (each
+``store.backup.json``        holding spare copies of it) and in every manifest; a damaged
+                             or missing copy is written again from another the next time
+                             a cell runs (or by ``gc``), one unreadable moved to
+                             quarantine/ first.
 ``journal.sqlite`` (+ WAL)   the timeline.  A damaged journal is moved to quarantine/ and,
                              like a lost one, rebuilt from the manifests (restores and
                              failed runs are lost, checkpoints are not).
@@ -166,7 +168,7 @@ def _check_info(store: Store, found: Audit, gc_hint: str, has_manifests: bool) -
                     "store-info",
                 )
             )
-        elif copy.state == "damaged" or (copy.state == "missing" and sound):
+        elif copy.state in ("damaged", "mended", "denied") or (copy.state == "missing" and sound):
             if copy.name == info.BACKUP and copy.state == "missing" and primary.state == "legacy":
                 # a store from before the backup existed: made on its next use, nothing lost
                 found.notes.append(f"{info.BACKUP} will be written when the store is next used")

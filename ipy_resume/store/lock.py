@@ -279,9 +279,12 @@ def _open(path: Path) -> int:
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     try:
         return os.open(path, flags, 0o666)
-    except PermissionError:
+    except PermissionError as denied:
         # A read-only store cannot be changed anyway; callers report the write error.
-        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise denied from None  # (no lock file to read: the cause is the permission)
 
 
 def _same_file(fd: int, path: Path) -> bool:

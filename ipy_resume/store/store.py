@@ -2,7 +2,7 @@
 
 Layout of a store folder::
 
-    store.json, store.backup.json        {"format", "created", "seed_base", "check"} (info.py)
+    store.json, store.backup.json        the format and base seed, with spare copies (info.py)
     journal.sqlite                       the timeline (journal.py), rebuilt from manifests if lost
     lock                                 the store lock (lock.py); its content is advisory
     objects/ab/cdef…                     content-addressed blobs (see blobs.py)
@@ -60,7 +60,7 @@ from ipy_resume.store.fsio import (
     StoreError,
     Untrusted,
 )
-from ipy_resume.store.journal import RECOVERED, Journal, events_from_manifests
+from ipy_resume.store.journal import JOURNAL_FILE, RECOVERED, Journal, events_from_manifests
 from ipy_resume.store.lock import StoreLocked
 from ipy_resume.store.manifest import BlobRef, Manifest
 from ipy_resume.store.results import Listed, SaveResult
@@ -603,7 +603,11 @@ class Store:
         # capabilities (flock, local files) the local store builds on
         self.backend: Backend = LocalBackend(self.root) if backend is None else backend
         self._origin = self.backend.origin  # (a key's file, or its URL, is origin + key)
-        self.key = signing.load_or_create_key() if key is None else bytes(key)
+        # damage found and repaired, one line each, until said (see take_repairs)
+        self.repairs: list[str] = []
+        self._quarantined_info: list[str] = []
+        self._said_journal = 0  # how many of the journal's quarantined files were said
+        self.key = signing.load_or_create_key(notes=self.repairs) if key is None else bytes(key)
         local = self.backend if isinstance(self.backend, LocalBackend) else LocalBackend(self.root)
         self.blobs = BlobStore(local)  # (a bucket's store puts its own in its place)
         self._info: dict[str, Any] | None = None
@@ -689,42 +693,138 @@ class Store:
         except OSError as exc:
             if isinstance(exc, StoreError):
                 raise  # the store cannot be reached (a bucket's error): not damage
-            return info.Copy(name, "damaged", problem=f"cannot be read ({exc.strerror or exc})")
+            return info.unreadable(name, exc)
         return info.decode_copy(name, data)
 
     def _resolve_info(self, *, heal: bool) -> dict[str, Any]:
         """The store's info from its first sound copy; with *heal*, damaged copies rewritten.
 
-        See :mod:`ipy_resume.store.info`: ``store.json``, then its backup, then the
-        base seed the manifests carry; a new store gets a new random one.
+        See :mod:`ipy_resume.store.info`: ``store.json``, then its backup (either may be
+        read from a spare copy inside it), then the base seed the manifests carry; a new
+        store gets a new random one.  A copy that cannot be read at all is moved to
+        ``quarantine/`` before it is written again, and what was repaired is said once
+        (:meth:`take_repairs`).
         """
-        primary, backup = self._info_copies()
-        doc = info.first_doc((primary, backup), str(self.location))
+        copies = self._info_copies()
+        doc = info.first_doc(copies, str(self.location))
+        first = next((c for c in copies if c.doc is not None), None)
+        origin = ""
+        if first is not None:
+            origin = first.name if first.state != "mended" else f"a spare copy in {first.name}"
         if doc is None and self.backend.names("manifests"):
             doc = info.recover((m.created, m.seed_base) for m in self.manifests())
+            origin = "the manifests' copy of the base seed" if doc is not None else ""
         if not heal:
             return doc if doc is not None else {}
         if doc is None:
-            # a new store (or one whose every checkpoint predates the redundant seed)
+            # a new store, or one whose every copy of the seed is lost: a new seed
+            doc = self._new_info(copies)
+            origin = "" if all(c.state == "missing" for c in copies) else "a new base seed"
+        wanted = info.encode(doc)
+        rebuilt: list[str] = []
+        for copy in copies:
+            if copy.data == wanted or copy.state == "denied":
+                continue
+            # A read-only store still works; the copy is written by the next writer.
+            with contextlib.suppress(OSError, StoreError), self._writing_info():
+                self._quarantine_info(copy)
+                self.backend.put(copy.name, [wanted])
+                rebuilt.append(copy.name)
+        self._say_info_repaired(copies, rebuilt, origin)
+        return dict(doc)
+
+    def _new_info(self, copies: tuple[info.Copy, ...]) -> dict[str, Any]:
+        """Create ``store.json`` with a new base seed (the damaged copies moved aside first);
+        the winner's document when another process created it meanwhile."""
+        denied = next((c for c in copies if c.state == "denied"), None)
+        try:
+            if denied is not None:  # (it may be sound: never replace what we cannot read)
+                raise PermissionError(errno.EACCES, denied.problem)
             self.backend.prepare()
             with self._writing_info():
+                for copy in copies:
+                    self._quarantine_info(copy)
                 self.backend.put_if_absent(info.FILE, info.encode(info.new(manifest.now_iso())))
-            primary = self._info_copy(info.FILE)  # another process may have won
-            if primary.doc is None:
-                hint = "; check the folder's permissions" if self.backend.local_files else ""
-                raise ManifestError(
-                    f"{info.FILE} in {self.location} could not be created "
-                    f"({primary.problem or primary.state}){hint}",
-                    path=info.FILE,
-                )
-            doc = primary.doc
-        wanted = info.encode(doc)
-        for copy in (primary, backup):
-            if copy.data != wanted:
-                # A read-only store still works; the copy is written by the next writer.
-                with contextlib.suppress(OSError, StoreError), self._writing_info():
-                    self.backend.put(copy.name, [wanted])
-        return {k: v for k, v in doc.items() if k != "check"}
+        except OSError as exc:
+            damaged = [f"{c.name} {c.problem}" for c in copies if c.state == "damaged"]
+            if isinstance(exc, StoreError) or not (damaged or denied):
+                raise  # a new store that cannot be made: the caller says so (a save's error)
+            hint = "; check the folder's permissions" if info.permission_denied(exc) else ""
+            what = f"{' and '.join(damaged)}, and it " if damaged else ""
+            raise ManifestError(
+                f"{info.FILE} in {self.location}: {what}could not be created "
+                f"({exc.strerror or exc}){hint}",
+                path=info.FILE,
+            ) from exc
+        primary = self._info_copy(info.FILE)  # another process may have won
+        if primary.doc is None:
+            # (only another process's bytes can be here: ours are sound, or we raised)
+            raise ManifestError(
+                f"{info.FILE} in {self.location} was replaced while it was being created "
+                f"and {primary.problem or 'is ' + primary.state}; it is rebuilt when the "
+                "store is next used",
+                path=info.FILE,
+            )
+        return primary.doc
+
+    def _quarantine_info(self, copy: info.Copy) -> None:
+        """Move *copy* to ``quarantine/`` when it could not be read at all and is still the
+        bytes judged so (another process may have rebuilt it since): never deleted."""
+        if copy.state != "damaged":
+            return
+        if self._info_copy(copy.name).data != copy.data:
+            return  # rebuilt or removed meanwhile
+        stamp = f"{int(time.time() * 1000)}.{secrets.token_hex(3)}"
+        target = f"{blobs.QUARANTINE}/{copy.name}.{stamp}"
+        with contextlib.suppress(FileNotFoundError):
+            self.backend.move(copy.name, target)
+            self._quarantined_info.append(target)
+
+    def _say_info_repaired(
+        self, copies: tuple[info.Copy, ...], rebuilt: list[str], origin: str
+    ) -> None:
+        """Remember, in one line, which copies were damaged or lost and how they were rebuilt."""
+        used = any(c.state in ("ok", "mended") for c in copies) or origin.startswith("the")
+        bad = []
+        for c in copies:
+            if c.name not in rebuilt:
+                continue
+            if c.state in ("damaged", "mended"):
+                bad.append(f"{c.name} {c.problem}")
+            elif c.state == "missing" and used:  # (a legacy store never had a backup)
+                bad.append(f"{c.name} was missing")
+        if not bad:
+            return
+        moved = f" (moved to {', '.join(self._quarantined_info)})" if self._quarantined_info else ""
+        if origin == "a new base seed":
+            how = (
+                "no copy of the base seed was left, so a new one was made: default seeds "
+                "change and the store's checkpoints execute again once"
+            )
+        else:
+            how = f"rebuilt from {origin}; the base seed is unchanged"
+        self._quarantined_info = []
+        self.repairs.append(f"the store {self.location}: {' and '.join(bad)}{moved}; {how}")
+
+    def take_repairs(self) -> list[str]:
+        """The damage this store found and repaired since last asked, one line each: its
+        ``store.json`` copies, its journal and the signing key.
+
+        >>> Store("/tmp/doc-store").take_repairs()
+        []
+        """
+        said, self.repairs = self.repairs, []
+        journal = self._journal
+        moved = [*getattr(journal, "quarantined", [])][self._said_journal :]
+        if moved:
+            self._said_journal += len(moved)
+            said.append(
+                f"the store {self.location}: {JOURNAL_FILE} was damaged (moved to "
+                f"{', '.join(moved)}); "
+                "the timeline was rebuilt from the manifests; the restores and failed runs "
+                "it recorded are lost, no checkpoint is"
+            )
+        return said
 
     def _writing_info(self) -> contextlib.AbstractContextManager[bool]:
         # under the shared lock: gc must not take our temp file for a leftover (a bucket
