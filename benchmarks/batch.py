@@ -81,7 +81,7 @@ def _plain(nb: Any, folder: Path) -> float:
 
 
 def _checkpointed(nb: Any, folder: Path) -> tuple[float, Any]:
-    from ipy_resume import headless
+    from ipy_resume.frontends import headless
 
     work = copy.deepcopy(nb)
     started = time.perf_counter()

@@ -212,7 +212,7 @@ class Probe:
     def install(self) -> Probe:
         if self._installed:
             return self
-        from ipy_resume import engine
+        from ipy_resume.engine.core import core as engine
         from ipy_resume.store import fsio, store
 
         probe = self

@@ -608,7 +608,7 @@ def w5_main(ctx: Ctx) -> None:
 def files_check(ctx: Ctx, tmp: Path, count: int = 100) -> None:
     """The check before a hit of a cell that read *count* unchanged files, against the
     same number of bare ``os.stat`` calls."""
-    from ipy_resume import file_deps
+    from ipy_resume.runtime import file_deps
 
     folder = tmp / "files"
     folder.mkdir()

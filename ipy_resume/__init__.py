@@ -8,6 +8,10 @@ later runs with the same code and inputs restore it instead.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from types import ModuleType
 from typing import Any
 
 from .version import __version__
@@ -21,10 +25,88 @@ __all__ = [
 ]
 
 
+# Where the modules that once stood at the top level live now: the old paths keep working
+# (the same module object under both names), for code and for pickles that name them.
+_MOVED = {
+    **{
+        name: f"runtime.{name}"
+        for name in (
+            "analysis",
+            "capture",
+            "settings",
+            "file_deps",
+            "modrefs",
+            "pages",
+            "torch_support",
+            "units",
+        )
+    },
+    **{
+        name: f"engine.{name}"
+        for name in (
+            "execution",
+            "loop",
+            "planning",
+            "restoring",
+            "sharing",
+            "reports",
+            "queries",
+            "rng",
+        )
+    },
+    **{
+        name: f"frontends.{name}"
+        for name in (
+            "magics",
+            "comm",
+            "widget",
+            "server",
+            "cli",
+            "headless",
+            "papermill_engine",
+            "auto",
+            "ipython_settings",
+            "demo",
+            "protocol",
+        )
+    },
+}
+
+
+class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports ``ipy_resume.<old name>`` as the module that now lives in a layer folder.
+
+    >>> import ipy_resume.settings, ipy_resume.runtime.settings
+    >>> ipy_resume.settings is ipy_resume.runtime.settings
+    True
+    """
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        package, _, name = fullname.partition(".")
+        if package != __name__ or name not in _MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = importlib.import_module(f"{__name__}.{_MOVED[spec.name.partition('.')[2]]}")
+        # The import system stamps the alias's spec on the module; keep the real one.
+        self._real_spec = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self._real_spec
+
+
+if not any(isinstance(finder, _OldPaths) for finder in sys.meta_path):
+    sys.meta_path.append(_OldPaths())
+
+
 def __getattr__(name: str) -> Any:
     # Lazy, so ``import ipy_resume`` stays cheap for jupyter's extension discovery.
     if name == "resumable":
-        from .loop import resumable
+        from .engine.loop import resumable
 
         return resumable
     if name == "timeline":
@@ -38,18 +120,18 @@ def load_ipython_extension(ipython: Any) -> None:
 
     >>> get_ipython().run_line_magic("load_ext", "ipy_resume")  # doctest: +SKIP
     """
-    from .magics import CheckpointMagics
+    from .frontends.magics import CheckpointMagics
 
     if getattr(ipython, "_ipy_resume_magics", None) is None:
         magics = CheckpointMagics(ipython)
         ipython.register_magics(magics)
         ipython._ipy_resume_magics = magics
-        from .ipython_settings import register as register_settings
+        from .frontends.ipython_settings import register as register_settings
 
         register_settings(ipython)
         _wake_on_saves(ipython)
     # The side panel's channel; a no-op outside a kernel, idempotent inside one.
-    from .comm import register
+    from .frontends.comm import register
 
     register(ipython)
 
@@ -57,7 +139,7 @@ def load_ipython_extension(ipython: Any) -> None:
 def _wake_on_saves(ipython: Any) -> None:
     """Record each background save's timeline event, and tell the panel and any widget,
     after every cell and, in a kernel, as soon as the save is durable (between cells)."""
-    from .comm import notify_changed
+    from .frontends.comm import notify_changed
     from .store import background
 
     def settle(*_: Any) -> None:
@@ -84,5 +166,5 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    """The read-only timeline handlers (``ipy_resume.server``)."""
-    return [{"module": "ipy_resume.server"}]
+    """The read-only timeline handlers (``ipy_resume.frontends.server``)."""
+    return [{"module": "ipy_resume.frontends.server"}]

@@ -3,7 +3,7 @@
 The contract names both a module (``ipy_resume.timeline``) and a function
 ``timeline()``; Python binds the submodule over any attribute of the same name in the
 package, so this module is made callable. It is only a facade: the queries are
-:class:`ipy_resume.queries.Timeline`, restoring is :meth:`ipy_resume.engine.Engine.restore`,
+:class:`ipy_resume.engine.queries.Timeline`, restoring is :meth:`ipy_resume.engine.core.Engine.restore`,
 and the functions below keep the short spellings of both for a notebook.
 """
 
@@ -14,9 +14,9 @@ import types
 from collections.abc import MutableMapping
 from typing import Any
 
-from . import comm
-from .queries import Timeline
-from .restoring import restore as restore_namespace
+from .engine.queries import Timeline
+from .engine.restoring import restore as restore_namespace
+from .frontends import comm
 from .store import Store
 from .store.location import Location, default_root, open_store
 
@@ -55,7 +55,7 @@ def restore(
 
 class _CallableModule(types.ModuleType):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from .widget import timeline_widget
+        from .frontends.widget import timeline_widget
 
         return timeline_widget(*args, **kwargs)
 

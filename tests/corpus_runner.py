@@ -51,7 +51,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_code_cell
 
-from ipy_resume.headless import wait_for_saves
+from ipy_resume.frontends.headless import wait_for_saves
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 PROBE_SOURCE = CORPUS / "namespace_probe.py"
@@ -424,7 +424,7 @@ def journal_events(store: Path) -> list[Any]:
 def listed_checkpoints(store: Path, env: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
     """``ipy-resume list --json --store DIR``: its records, or an error text."""
     proc = subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "list", "--json", "--store", str(store)],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "list", "--json", "--store", str(store)],
         env=env,
         capture_output=True,
         text=True,

@@ -119,8 +119,8 @@ def warm() -> None:
     import h5py  # noqa: F401
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
-    import ipy_resume.comm
-    import ipy_resume.magics
+    import ipy_resume.frontends.comm
+    import ipy_resume.frontends.magics
     import ipy_resume.timeline  # noqa: F401
 
 

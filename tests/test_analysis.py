@@ -1,4 +1,4 @@
-"""Unit tests for ipy_resume.analysis: inputs, outputs, deletions and normalisation."""
+"""Unit tests for ipy_resume.runtime.analysis: inputs, outputs, deletions and normalisation."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from textwrap import dedent
 
 import pytest
 
-from ipy_resume import analysis
-from ipy_resume.analysis import AnalysisError, CellAnalysis, analyze, normalize_source
+from ipy_resume.runtime import analysis
+from ipy_resume.runtime.analysis import AnalysisError, CellAnalysis, analyze, normalize_source
 
 
 def inputs(source: str) -> set[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from kernel_utils import Kernel, kernel_env
 
-from ipy_resume.auto import reason_to_skip
+from ipy_resume.frontends.auto import reason_to_skip
 
 SLOW = "time.sleep(0.4)\nopen('side.log', 'a').write('slow\\n')\nslow = sum(range(10))\nslow"
 FAST = "open('side.log', 'a').write('fast\\n')\nfast = slow + 1\nfast"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from test_cross_process import run_process
 
-from ipy_resume.analysis import analyze
+from ipy_resume.runtime.analysis import analyze
 
 
 def _statuses(report: dict[str, object]) -> list[str]:

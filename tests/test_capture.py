@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from deadlines import wait_until
 
-from ipy_resume.capture import OutputRecord, tee_streams
+from ipy_resume.runtime.capture import OutputRecord, tee_streams
 
 
 def _inode(fd: int) -> tuple[int, int]:

@@ -113,7 +113,7 @@ def test_trailing_semicolon_found_from_the_last_statement(source: str, hidden: b
     # text's, whatever the statement holds (strings, comments, non-ASCII, line breaks).
     import ast
 
-    from ipy_resume.execution import _ends_with_semicolon
+    from ipy_resume.engine.execution import _ends_with_semicolon
 
     final = ast.parse(source).body[-1]
     assert _ends_with_semicolon(source) is hidden

@@ -11,7 +11,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from kernel_utils import Kernel, kernel_env
 
-from ipy_resume import comm
+from ipy_resume.frontends import comm
 
 FIRST = "%%checkpoint first\nx = 10\nprint('first ran')\n"
 SECOND = "%%checkpoint second\nx = x + 5\ny = [1, 2, 3]\n"
@@ -157,7 +157,7 @@ def test_notify_changed_pushes_new_events(tmp_path: Path) -> None:
     with Kernel(tmp_path, kernel_env(tmp_path)) as kernel:
         _run_ok(kernel, "%load_ext ipy_resume")
         # No frontend yet: nothing to tell, and nothing breaks.
-        out = _run_ok(kernel, "import ipy_resume.comm as c; c.notify_changed()")
+        out = _run_ok(kernel, "import ipy_resume.frontends.comm as c; c.notify_changed()")
         assert out.result == {"text/plain": "0"} and out.stdout == out.stderr == ""
         _run_ok(kernel, FIRST)
         _run_ok(kernel, "%checkpoint wait")  # (its event is written once it is durable)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from ipy_resume import comm
-from ipy_resume.widget import _FRONTEND, TimelineWidget, timeline_widget
+from ipy_resume.frontends import comm
+from ipy_resume.frontends.widget import _FRONTEND, TimelineWidget, timeline_widget
 
 
 class Sent:

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 def test_demo_tells_the_whole_story(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "demo", "--workdir", str(tmp_path)],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "demo", "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         env=subprocess_env(tmp_path),

@@ -101,7 +101,7 @@ def test_message_extraction_finds_the_known_ones() -> None:
 
 
 def magic_options() -> set[str]:
-    from ipy_resume.magics import CheckpointMagics
+    from ipy_resume.frontends.magics import CheckpointMagics
 
     parser = CheckpointMagics.checkpoint.parser  # type: ignore[attr-defined]
     return {
@@ -110,7 +110,7 @@ def magic_options() -> set[str]:
 
 
 def cli_commands() -> set[str]:
-    from ipy_resume.cli import _parser
+    from ipy_resume.frontends.cli import _parser
 
     parser = _parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
@@ -118,7 +118,7 @@ def cli_commands() -> set[str]:
 
 
 def line_commands() -> set[str]:
-    from ipy_resume.magics import LINE_USAGE
+    from ipy_resume.frontends.magics import LINE_USAGE
 
     return set(re.findall(r"(?:usage: %checkpoint |\| )([a-z]+)", LINE_USAGE))
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_cross_process import run_process
 
-from ipy_resume import file_deps
+from ipy_resume.runtime import file_deps
 
 READ_CSV = """%%checkpoint read --explain
 import pandas as pd

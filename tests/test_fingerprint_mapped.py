@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from ipy_resume import pages
 from ipy_resume.fingerprint import fingerprint, numpy_rules
+from ipy_resume.runtime import pages
 from ipy_resume.store import Store
 
 pytestmark = pytest.mark.skipif(

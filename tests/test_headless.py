@@ -17,7 +17,7 @@ from conftest import subprocess_env
 from deadlines import wait_until
 from kernel_utils import Kernel, kernel_env
 
-from ipy_resume import headless
+from ipy_resume.frontends import headless
 
 HANG_AT = 15  # the code cell (1-based) that hangs, or sleeps past the timeout, on request
 
@@ -71,7 +71,16 @@ def make_notebook(path: Path) -> None:
 
 def cli(folder: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "run", "nb.ipynb", "-o", "out.ipynb", *args],
+        [
+            sys.executable,
+            "-m",
+            "ipy_resume.frontends.cli",
+            "run",
+            "nb.ipynb",
+            "-o",
+            "out.ipynb",
+            *args,
+        ],
         cwd=folder,
         env=subprocess_env(folder, MPLBACKEND="Agg"),
         capture_output=True,
@@ -186,7 +195,9 @@ def test_a_run_killed_in_cell_15_resumes_there(
     tmp_path: Path, uninterrupted: Path, template: Path
 ) -> None:
     prepare(tmp_path, template)
-    killed = killed_in_cell_15(tmp_path, "ipy_resume.cli", "run", "nb.ipynb", "-o", "out.ipynb")
+    killed = killed_in_cell_15(
+        tmp_path, "ipy_resume.frontends.cli", "run", "nb.ipynb", "-o", "out.ipynb"
+    )
     assert f"cell {HANG_AT} (" in killed.stderr and "the kernel died" in killed.stderr
     again = cli(tmp_path)
     assert again.returncode == 0, again.stderr
@@ -319,7 +330,7 @@ def test_a_relative_store_dir_is_next_to_the_notebook_wherever_the_run_starts(
         [
             sys.executable,
             "-m",
-            "ipy_resume.cli",
+            "ipy_resume.frontends.cli",
             "run",
             os.path.join("..", "notebooks", "nb.ipynb"),
         ],

@@ -13,8 +13,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from ipy_resume import rng
-from ipy_resume.magics import CheckpointMagics
+from ipy_resume.engine import rng
+from ipy_resume.frontends.magics import CheckpointMagics
 from ipy_resume.store import backend as backend_module
 from ipy_resume.store import store as store_module
 
@@ -228,7 +228,7 @@ def test_extras_decoded_once_are_still_verified(
 
 
 def test_a_name_moved_on_is_not_linked_however_many_entries(tmp_path: Path) -> None:
-    from ipy_resume.sharing import SharedObjects
+    from ipy_resume.engine.sharing import SharedObjects
     from ipy_resume.store import Store
 
     store = Store(tmp_path / "st", key=bytes(32))
@@ -407,7 +407,7 @@ TRICKY = [
 def test_plain_python_is_left_as_ipython_leaves_it(shell: InteractiveShell) -> None:
     import json
 
-    from ipy_resume.magics import _untouched
+    from ipy_resume.frontends.magics import _untouched
 
     manager = shell.input_transformer_manager
     steps = (*manager.cleanup_transforms, *manager.line_transforms, *manager.token_transformers)
@@ -476,7 +476,7 @@ def test_a_manifest_tampered_after_the_writer_parsed_it_is_refused(
 def test_a_hit_loads_with_the_collector_off_and_leaves_it_as_it_was(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ipy_resume import restoring
+    from ipy_resume.engine import restoring
 
     seen: list[tuple[str, bool]] = []
     for name in ("load", "apply"):

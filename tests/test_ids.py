@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import reliability_report
 
-from ipy_resume import cli, reports, timeline
+from ipy_resume import timeline
+from ipy_resume.engine import reports
+from ipy_resume.frontends import cli
 from ipy_resume.store import Store, fsio, signing
 from ipy_resume.store import manifest as mf
 

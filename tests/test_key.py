@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ipy_resume.analysis import analyze
-from ipy_resume.engine import CheckpointOptions, Engine
+from ipy_resume.engine.core import CheckpointOptions, Engine
 from ipy_resume.fingerprint import digest_bytes
 from ipy_resume.fingerprint.key import KEY_SCHEMA, cell_key, describe_differences, digest_parts
+from ipy_resume.runtime.analysis import analyze
 from ipy_resume.store import Store
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"

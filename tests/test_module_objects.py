@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from test_cross_process import run_process
 
-from ipy_resume import modrefs
 from ipy_resume.fingerprint import fingerprint
+from ipy_resume.runtime import modrefs
 
 HELPER = """
 class Config:

@@ -120,7 +120,7 @@ def test_reading_the_timeline_first_finishes_a_dead_kernels_save_without_a_deadl
 def test_the_timeline_read_first_has_the_dead_kernels_last_save(isolated: Path) -> None:
     # What %resume reads first in a new kernel: the journal exists already (the dead
     # kernel's earlier cells wrote it), and the last cell's save is still staged.
-    from ipy_resume.queries import Timeline
+    from ipy_resume.engine.queries import Timeline
 
     root = isolated / "store"
     Store(root).save("before", KEY, {"x": 1})
@@ -134,7 +134,7 @@ def test_the_timeline_read_first_has_the_dead_kernels_last_save(isolated: Path) 
 def test_a_timeline_opened_by_path_finishes_a_dead_kernels_only_save(isolated: Path) -> None:
     # The panel's view from disk (the server, the CLI) of a store whose one save a kernel
     # killed right after its first cell left staged: no manifest yet, only the record.
-    from ipy_resume.queries import Timeline
+    from ipy_resume.engine.queries import Timeline
 
     root = isolated / "store"
     stage_and_die(root, "{'xs': [1, 2, 3]}", cell="first")

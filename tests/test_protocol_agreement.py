@@ -1,6 +1,6 @@
 """The kernel's side of the wire format and the lab extension's say the same thing.
 
-Both are written by hand: ``ipy_resume/protocol.py`` (with ``comm.py``, which answers
+Both are written by hand: ``ipy_resume/frontends/protocol.py`` (with ``comm.py``, which answers
 ``badges`` and pushes events) and ``labextension/src/protocol.ts`` / ``types.ts`` (with
 ``client.ts``, which tells pushes from answers). The Python is read through its AST, the
 TypeScript through a few regexes over the declarations that matter, never a general
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from ipy_resume import comm, protocol
+from ipy_resume.frontends import comm, protocol
 
 SRC = Path(__file__).resolve().parent.parent / "labextension" / "src"
 

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import reliability_report
 
-from ipy_resume import cli
+from ipy_resume.frontends import cli
 from ipy_resume.store import Manifest, Store, StoreError, codecs, signing
 
 KEY = bytes(range(32))
@@ -296,7 +296,7 @@ def test_real_cli_verify_exits_nonzero_and_names_each_bad_object(
     manifest.write_bytes(sweep.pristine[manifest].replace(b"{", b"{ ", 1))
     env = dict(os.environ, JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"))
     proc = subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "verify", "--store", str(sweep.root)],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "verify", "--store", str(sweep.root)],
         capture_output=True,
         text=True,
         env=env,
@@ -308,7 +308,7 @@ def test_real_cli_verify_exits_nonzero_and_names_each_bad_object(
     assert "problem(s)" in proc.stderr
     sweep.restore()
     proc = subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "verify", "--store", str(sweep.root)],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "verify", "--store", str(sweep.root)],
         capture_output=True,
         text=True,
         env=env,

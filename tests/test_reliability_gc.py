@@ -127,7 +127,7 @@ def test_cli_gc_reports_what_it_freed(tmp_path: Path) -> None:
     for i in range(3):
         store.save("train", f"k{i}", {"x": _array(i)})
     env = dict(os.environ, JUPYTER_DATA_DIR=str(data))
-    run = [sys.executable, "-m", "ipy_resume.cli", "gc", "--store", str(root)]
+    run = [sys.executable, "-m", "ipy_resume.frontends.cli", "gc", "--store", str(root)]
     proc = subprocess.run(
         [*run, "--keep-last", "1", "--max-size", "500M"], capture_output=True, text=True, env=env
     )

@@ -114,7 +114,7 @@ def test_newer_manifest_is_refused_naming_both_versions(tmp_path: Path) -> None:
     (data / "signing.key").write_text(key.hex() + "\n")
     (data / "signing.key").chmod(0o600)
     proc = subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "verify", "--store", str(store.root)],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "verify", "--store", str(store.root)],
         capture_output=True,
         text=True,
         env=dict(os.environ, JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data")),

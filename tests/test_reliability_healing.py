@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 import reliability_report
 
-from ipy_resume import cli
+from ipy_resume.frontends import cli
 from ipy_resume.store import Store, signing
 from ipy_resume.store import manifest as mf
 from ipy_resume.store.journal import Journal
@@ -412,7 +412,7 @@ def test_cli_list_and_show_use_displayed_prefixes(
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(where / "jd"))
     env = dict(os.environ, **matrix.env(where))
     listing = subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "list", "--store", str(where / "store")],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "list", "--store", str(where / "store")],
         capture_output=True,
         text=True,
         env=env,

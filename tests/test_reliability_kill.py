@@ -66,7 +66,7 @@ def test_kill_fuzzer(tmp_path: Path) -> None:
     key_path.write_text(KEY.hex() + "\n")
     key_path.chmod(0o600)
     verify = subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "verify", "--store", str(root)],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "verify", "--store", str(root)],
         capture_output=True,
         text=True,
         env=env,

@@ -179,7 +179,7 @@ def test_trust_command_adopts_only_what_passes_its_checksums(tmp_path: Path) -> 
         mine.find("good", "k1")
 
     listed = subprocess.run(  # not "no checkpoints yet" alone: the store is not empty
-        [sys.executable, "-m", "ipy_resume.cli", "list", "--store", str(root)],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "list", "--store", str(root)],
         capture_output=True,
         text=True,
         env=env,
@@ -189,7 +189,7 @@ def test_trust_command_adopts_only_what_passes_its_checksums(tmp_path: Path) -> 
     assert "2 more checkpoint(s)" in listed.stderr and "ipy-resume trust" in listed.stderr
 
     proc = subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", "trust", "--store", str(root)],
+        [sys.executable, "-m", "ipy_resume.frontends.cli", "trust", "--store", str(root)],
         capture_output=True,
         text=True,
         env=env,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from kernel_utils import Kernel, kernel_env
 
-from ipy_resume.queries import Timeline
+from ipy_resume.engine.queries import Timeline
 from ipy_resume.store import Store
 from ipy_resume.store.journal import ADOPTED, Event, Journal, stamp
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from kernel_utils import Kernel
 
-from ipy_resume.server import StorePathError, store_for
+from ipy_resume.frontends.server import StorePathError, store_for
 
 TOKEN = "ipy-resume-test-token"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_cross_process import run_process
 
-from ipy_resume import settings
+from ipy_resume.runtime import settings
 
 SETUP = """%%checkpoint setup
 import os, warnings

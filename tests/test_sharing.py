@@ -12,7 +12,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from test_cross_process import run_process
 
-from ipy_resume.sharing import SharedObjects, fingerprints_of
+from ipy_resume.engine.sharing import SharedObjects, fingerprints_of
 from ipy_resume.store import Store
 
 BOX = (
@@ -376,7 +376,7 @@ def test_copies_of_a_frame_share_no_evidence_and_saves_stay_flat(
     pd = pytest.importorskip("pandas")
     from IPython.utils.capture import capture_output
 
-    from ipy_resume.sharing import shared_objects
+    from ipy_resume.engine.sharing import shared_objects
     from ipy_resume.store import codecs
 
     frame = pd.DataFrame({"a": np.arange(1000), "b": np.linspace(0, 1, 1000), "s": ["x"] * 1000})
@@ -400,7 +400,7 @@ def test_the_registry_answers_from_its_indexes_and_they_follow_every_drop(
 ) -> None:
     """``holders`` reads only the entries that may hold what it is asked about, however many
     names the kernel holds; a dropped entry (its name rebound, or re-noted) is in no answer."""
-    from ipy_resume import sharing
+    from ipy_resume.engine import sharing
 
     store = Store(tmp_path / "st", key=b"k" * 32)
     shared = SharedObjects()

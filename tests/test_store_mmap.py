@@ -20,8 +20,8 @@ import xxhash
 from IPython.core.interactiveshell import InteractiveShell
 from test_cross_process import run_process
 
-from ipy_resume import cli
 from ipy_resume.fingerprint import Fingerprinter
+from ipy_resume.frontends import cli
 from ipy_resume.store import Store, blobs, open_store
 
 BIG = 1_000_000  # float64s: 8 MB, above blobs.MAP_MIN

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from s3_utils import CREDENTIALS
 
-from ipy_resume import cli
+from ipy_resume.frontends import cli
 from ipy_resume.store import Store, StoreURLError, Untrusted, location, open_store, signing
 from ipy_resume.store.backend import Backend, LocalBackend
 from ipy_resume.store.remote import RemoteStore

@@ -153,7 +153,14 @@ def test_list_show_and_stats_in_the_notebook(
 
 def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ipy_resume.cli", *args, "--store", str(tmp_path / "store")],
+        [
+            sys.executable,
+            "-m",
+            "ipy_resume.frontends.cli",
+            *args,
+            "--store",
+            str(tmp_path / "store"),
+        ],
         capture_output=True,
         text=True,
         env=subprocess_env(tmp_path),
@@ -262,7 +269,7 @@ def test_snapshot_marks_checkpoints_gc_removed(
 def test_a_restore_from_the_panel_joins_the_timeline(
     shell: InteractiveShell, isolated: Path, history: dict[str, dict[str, object]]
 ) -> None:
-    from ipy_resume.comm import handle_request
+    from ipy_resume.frontends.comm import handle_request
 
     reply = handle_request(
         {"id": 7, "request": "restore", "target": "fit"}, shell.user_ns, isolated / "store"

@@ -313,7 +313,7 @@ def test_resume_and_restore_take_a_map_location(tmp_path: Path) -> None:
 
 def test_the_device_digest_sees_every_word_and_the_tail() -> None:
     # written for GPU memory; the same torch operations run here on the CPU
-    from ipy_resume.torch_support import device_digest
+    from ipy_resume.runtime.torch_support import device_digest
 
     base = torch.arange(1001, dtype=torch.float32)  # 4004 bytes: 500 words and a tail of 4
     digest = device_digest(base.untyped_storage())

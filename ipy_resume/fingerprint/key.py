@@ -17,9 +17,9 @@ plan`` compare to say why a cell executes:
 ========================  ==============================================================
 
 The files a cell reads are not parts: they are recorded while it runs and checked after a
-key matches (:class:`ipy_resume.file_deps.FreshFiles`).
+key matches (:class:`ipy_resume.runtime.file_deps.FreshFiles`).
 
->>> from ipy_resume.analysis import analyze
+>>> from ipy_resume.runtime.analysis import analyze
 >>> made = cell_key(analyze("y = x + 1"), {"x": 1}, seed=None)
 >>> sorted(made.parts)
 ['format', 'input:x', 'python', 'salt', 'seed', 'source']
@@ -34,14 +34,14 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import file_deps, settings
-from ..analysis import is_bookkeeping
+from ..runtime import file_deps, settings
+from ..runtime.analysis import is_bookkeeping
 from .code import import_version
 from .core import Fingerprinter, Unfingerprintable
 from .primitives import digest_bytes
 
 if TYPE_CHECKING:
-    from ..analysis import CellAnalysis
+    from ..runtime.analysis import CellAnalysis
 
 KEY_SCHEMA = "1"
 """The layout of the key's parts (the ``format`` part).  Changing it misses every
@@ -105,7 +105,7 @@ def _input_names(
     """The names whose values are parts of the key: those the cell reads, ``--inputs``,
     less ``--ignore``.  *known* are names bound by earlier cells a Run All plan restores.
 
-    >>> from ipy_resume.analysis import analyze
+    >>> from ipy_resume.runtime.analysis import analyze
     >>> sorted(_input_names(analyze("y = x + z"), {"x": 1}, ignore=["z"]))
     ['x']
     """
@@ -133,7 +133,7 @@ def cell_key(
     an earlier cell's checkpoint would restore).  *fingerprinter* defaults to a
     :class:`OnceFingerprinter`.
 
-    >>> from ipy_resume.analysis import analyze
+    >>> from ipy_resume.runtime.analysis import analyze
     >>> cell_key(analyze("y = x"), {"x": 1}, seed=3, salt="v2").parts["seed"]
     '3'
     """
@@ -178,7 +178,7 @@ def note_imports(analysis: CellAnalysis) -> None:
     """After the cell ran: each helper module it imported keys later cells by the source it
     was loaded with now, until it is reloaded (see :func:`.code.import_version`).
 
-    >>> from ipy_resume.analysis import analyze
+    >>> from ipy_resume.runtime.analysis import analyze
     >>> note_imports(analyze("import json"))
     """
     for module in analysis.imports:

@@ -15,7 +15,7 @@ from typing import Any
 
 import xxhash
 
-from .. import modrefs, pages
+from ..runtime import modrefs, pages
 from .containers import c_dict, instance_state
 from .core import CALL_MEMO, Fingerprinter, Rule, add_provider
 from .core import address as _object_address

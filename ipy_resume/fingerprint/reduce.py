@@ -13,7 +13,7 @@ import copyreg
 import pickle
 from typing import Any
 
-from .. import modrefs
+from ..runtime import modrefs
 from .code import is_user_module, libref
 from .containers import c_dict, c_tuple, instance_state
 from .core import CALL_MEMO, Fingerprinter, Rule, Unfingerprintable, add_provider

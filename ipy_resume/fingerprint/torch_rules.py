@@ -6,7 +6,7 @@ gradient, its Python attributes and its storage; a storage (the memory several t
 may view: tied weights, views, an optimizer's reference to a parameter) from its device,
 size and bytes, hashed with xxh3 once per fingerprint however many tensors view it, and
 in place on the CPU (no copy, no pickling).  A restored storage that is still the
-unwritten map of its blob is not hashed again (see :mod:`ipy_resume.pages`).
+unwritten map of its blob is not hashed again (see :mod:`ipy_resume.runtime.pages`).
 
 A storage on a CUDA or MPS device is digested on the device (:func:`torch_support.device_digest`:
 16 bytes cross to the host), untested on a GPU: no CUDA or MPS machine has run it.
@@ -25,7 +25,7 @@ from typing import Any
 
 import xxhash
 
-from .. import modrefs, pages, torch_support
+from ..runtime import modrefs, pages, torch_support
 from .core import CALL_MEMO, Fingerprinter, Rule, add_provider
 from .primitives import NONE_DIGEST, hash128, pack_u64
 from .reduce import c_reduce

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import numpy as np
 import xxhash
 
-from ipy_resume import pages
+from ipy_resume.runtime import pages
 from ipy_resume.store import fsio
 from ipy_resume.store.backend import LocalBackend
 

@@ -65,7 +65,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from ipy_resume import modrefs
+from ipy_resume.runtime import modrefs
 from ipy_resume.store import pandas_cow, tensor_codec
 
 __all__ = [
@@ -838,7 +838,7 @@ class _GroupPickler(_Pickler):
 
 
 class ModuleAttribute:
-    """Stands in a group for a value that is a module's attribute (see :mod:`ipy_resume.modrefs`).
+    """Stands in a group for a value that is a module's attribute (see :mod:`ipy_resume.runtime.modrefs`).
 
     Containers such as a module-level dict never reach ``reducer_override``, so the
     store wraps them in this before pickling.

@@ -338,7 +338,7 @@ class Manifest:
     signature: str | None = None
     path: PurePath | None = field(default=None, compare=False)
     # Values of other checkpoints that this one's values share objects with, by
-    # "<checkpoint id>/<name>" (see ipy_resume.sharing); absent from older manifests.
+    # "<checkpoint id>/<name>" (see ipy_resume.engine.sharing); absent from older manifests.
     links: dict[str, BlobRef] = field(default_factory=dict)
     # The store's base seed (see info.py), one of its redundant copies; absent from older
     # manifests, and ignored by readers that predate it.

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from ipy_resume import units
+from ipy_resume.runtime import units
 from ipy_resume.store import blobs, manifest, pending
 from ipy_resume.store.backend import Backend, ObjectInfo
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ipy_resume import modrefs
+from ipy_resume.runtime import modrefs
 from ipy_resume.store import (
     background,
     blobs,
@@ -194,7 +194,7 @@ def _check_cell_id(cell_id: str) -> None:
 class Linker(Protocol):
     """Objects of this process that other checkpoints stored: what keeps them shared.
 
-    A token names one stored value, ``"<checkpoint id>/<name>"``.  ``ipy_resume.sharing``
+    A token names one stored value, ``"<checkpoint id>/<name>"``.  ``ipy_resume.engine.sharing``
     implements this; the store only asks.
     """
 

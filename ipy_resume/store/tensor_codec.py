@@ -33,7 +33,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from ipy_resume import torch_support
+from ipy_resume.runtime import torch_support
 
 __all__ = ["rebuild_storage", "rebuild_tensor", "reducers", "storage_over"]
 

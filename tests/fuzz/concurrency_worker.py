@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ipy_resume.engine import CheckpointOptions, Engine
-from ipy_resume.execution import PlainHost
+from ipy_resume.engine.core import CheckpointOptions, Engine
+from ipy_resume.engine.execution import PlainHost
 from ipy_resume.store import Store
 
 SOURCE = "y = np.arange(9_000) * x\nz = [x, str(x), {'w': x}]\n"

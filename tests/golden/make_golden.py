@@ -58,7 +58,7 @@ def golden_values(fmt: int = 1) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def main() -> int:
-    from ipy_resume.sharing import SharedObjects, fingerprints_of
+    from ipy_resume.engine.sharing import SharedObjects, fingerprints_of
     from ipy_resume.store import FORMAT_VERSION, Store
 
     target = HERE / f"format{FORMAT_VERSION}"

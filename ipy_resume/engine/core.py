@@ -4,7 +4,7 @@
 it reads, restores a verified checkpoint when one exists, and otherwise runs
 the cell through a :class:`Host` and commits what it produced. The host is the
 only part that knows how to execute code and show output; the magic supplies
-an IPython one, and :class:`ipy_resume.execution.PlainHost` runs cells in a plain dict.
+an IPython one, and :class:`ipy_resume.engine.execution.PlainHost` runs cells in a plain dict.
 """
 
 from __future__ import annotations
@@ -25,22 +25,23 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import file_deps, restoring, rng, settings
-from .analysis import AnalysisError, CellAnalysis, analyze, is_bookkeeping
-from .capture import OutputRecord
-from .fingerprint import Fingerprinter, Unfingerprintable, globals_read
-from .fingerprint.key import OnceFingerprinter, cell_key, describe_differences, note_imports
+from ..fingerprint import Fingerprinter, Unfingerprintable, globals_read
+from ..fingerprint.key import OnceFingerprinter, cell_key, describe_differences, note_imports
+from ..runtime import file_deps, settings
+from ..runtime.analysis import AnalysisError, CellAnalysis, analyze, is_bookkeeping
+from ..runtime.capture import OutputRecord
+from ..runtime.units import format_size
+from ..store import SaveError, Store, StoreError, background, location, pending
+from ..store.journal import STAMP, Event, stamp
+from ..store.location import default_store_dir
+from ..store.manifest import Manifest
+from . import restoring, rng
 from .sharing import fingerprints_of, shared_objects
-from .store import SaveError, Store, StoreError, background, location, pending
-from .store.journal import STAMP, Event, stamp
-from .store.location import default_store_dir
-from .store.manifest import Manifest
-from .units import format_size
 
 if TYPE_CHECKING:
+    from ..store.journal import Journal
+    from ..store.results import SaveResult
     from .sharing import SharedObjects
-    from .store.journal import Journal
-    from .store.results import SaveResult
 
 SAVING_LINE_MIN = 32 << 20
 """A background save this large says "saving" when the cell returns, and "saved" once it is

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from .capture import OutputRecord, replay, tee_streams
-from .engine import RunResult
+from ..runtime.capture import OutputRecord, replay, tee_streams
+from .core import RunResult
 
 
 @dataclass

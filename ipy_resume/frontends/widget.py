@@ -4,7 +4,7 @@ An anywidget, so it needs no extension of its own: the front end is a static
 ES module (``_frontend/widget.js``) bundled from the same TypeScript renderer
 the JupyterLab side panel uses, and it renders wherever ipywidgets do
 (JupyterLab 4, Notebook 7, VS Code). The widget runs inside the kernel, so it
-answers ``details`` and ``restore`` itself through :mod:`ipy_resume.protocol`.
+answers ``details`` and ``restore`` itself through :mod:`ipy_resume.frontends.protocol`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import anywidget
 import traitlets
 
+from ..engine.queries import Timeline
+from ..store import location
 from . import comm, protocol
-from .queries import Timeline
-from .store import location
 
-_FRONTEND = Path(__file__).parent / "_frontend"
+_FRONTEND = Path(__file__).parent.parent / "_frontend"
 
 
 class TimelineWidget(anywidget.AnyWidget):

@@ -2,7 +2,7 @@
 
 Registered through papermill's ``papermill.engine`` entry point. The kernel loads
 ipy_resume at start-up; cells run under ``%%checkpoint`` exactly as with
-``ipy-resume run`` (see :mod:`ipy_resume.headless`), so running the same papermill
+``ipy-resume run`` (see :mod:`ipy_resume.frontends.headless`), so running the same papermill
 command after a run died restores the finished cells and continues from the first
 unfinished one. Each cell's outcome is logged through papermill's logger.
 
@@ -18,6 +18,7 @@ from papermill.engines import NBClientEngine
 from papermill.log import logger
 from papermill.utils import merge_kwargs, remove_args
 
+from ..store import location
 from .headless import (
     LOAD_EXTENSION,
     CheckpointingCells,
@@ -26,7 +27,6 @@ from .headless import (
     first_line,
     kernel_env,
 )
-from .store import location
 
 
 class _Client(CheckpointingCells, PapermillNotebookClient):

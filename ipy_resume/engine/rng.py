@@ -33,7 +33,7 @@ def derive_seed(seed_base: int, cell_id: str) -> int:
     >>> derive_seed(7, "train") == derive_seed(7, "train")
     True
     """
-    from .fingerprint import digest_bytes
+    from ..fingerprint import digest_bytes
 
     digest = digest_bytes(seed_base.to_bytes(16, "little", signed=True), cell_id.encode("utf-8"))
     return int.from_bytes(digest[:8], "little") >> 1

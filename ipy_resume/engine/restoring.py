@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import rng, settings
+from ..runtime import settings
+from ..runtime.units import format_timestamp
+from ..store import Manifest, Store
+from ..store.fsio import atomic_write
+from . import rng
 from .queries import RestorePlan, Timeline
 from .sharing import shared_objects
-from .store import Manifest, Store
-from .store.fsio import atomic_write
-from .units import format_timestamp
 
 __all__ = ["Loaded", "Restored", "apply", "load", "restore"]
 
@@ -168,7 +169,7 @@ def _remember_fingerprints(manifest: Manifest, values: Mapping[str, object]) -> 
         digest = recorded.get(name)
         if type(value).__name__ != "ndarray" or not isinstance(digest, str):
             continue
-        from .fingerprint.numpy_rules import remember
+        from ..fingerprint.numpy_rules import remember
 
         with contextlib.suppress(ValueError):
             remember(value, bytes.fromhex(digest))
@@ -212,7 +213,7 @@ def restore(namespace: MutableMapping[str, Any], store: Store, target: str) -> R
     Names recorded up to it take their values at that point, names first created by
     checkpointed cells after it are removed, other names are untouched, and the RNG state
     is set.  Every value is loaded and verified before the namespace changes.  Nothing is
-    added to the timeline: :meth:`ipy_resume.engine.Engine.restore` does that.
+    added to the timeline: :meth:`ipy_resume.engine.core.Engine.restore` does that.
 
     >>> restore(get_ipython().user_ns, store, "train").report(store)["restored"]  # doctest: +SKIP
     ['model', 'history']

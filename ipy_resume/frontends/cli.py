@@ -1,7 +1,7 @@
 """``ipy-resume``: look at and check a checkpoint store from a terminal.
 
-A thin adapter over :mod:`ipy_resume.store`, :mod:`ipy_resume.reports` and
-:mod:`ipy_resume.queries`; the argument types of ``gc`` live beside ``parse_size`` in
+A thin adapter over :mod:`ipy_resume.store`, :mod:`ipy_resume.engine.reports` and
+:mod:`ipy_resume.engine.queries`; the argument types of ``gc`` live beside ``parse_size`` in
 :mod:`ipy_resume.store.retention`, where ``%checkpoint gc`` finds them too.
 """
 
@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import reports
-from .queries import Timeline, stats_text
-from .store import StoreError, location, open_store
-from .store.retention import count_argument, size_argument
+from ..engine import reports
+from ..engine.queries import Timeline, stats_text
+from ..store import StoreError, location, open_store
+from ..store.retention import count_argument, size_argument
 
 
 def _parser() -> argparse.ArgumentParser:

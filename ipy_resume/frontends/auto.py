@@ -29,7 +29,7 @@ from typing import Any
 
 import xxhash
 
-from .analysis import first_line, only_definitions
+from ..runtime.analysis import first_line, only_definitions
 
 _OPAQUE_CALLS = frozenset({"eval", "exec", "globals", "locals", "vars", "__import__"})
 

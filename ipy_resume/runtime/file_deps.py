@@ -47,7 +47,8 @@ _WATCHED = frozenset(
 )
 _REMOVING = frozenset({"os.remove", "os.rmdir", "shutil.rmtree"})
 _STDLIB = os.path.dirname(os.__file__) + os.sep
-_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The whole package (this module sits one folder down in it).
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Files the interpreter, not the cell, reads: module sources and byte code (imports),
 # package metadata, source lines for tracebacks and warnings.
 _STDLIB_MACHINERY = tuple(

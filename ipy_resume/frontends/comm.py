@@ -3,7 +3,7 @@
 ``%load_ext ipy_resume`` registers the target. A frontend opens a comm on it;
 the kernel answers the open with ``{"event": "hello"}`` (a kernel without the
 extension closes the comm instead, which is how the panel tells "not loaded"
-from "busy"). Requests and answers are those of :mod:`ipy_resume.protocol`, plus
+from "busy"). Requests and answers are those of :mod:`ipy_resume.frontends.protocol`, plus
 ``{"id": 10, "request": "badges", "on": true}``, which concerns the comm itself.
 After each cell that may have touched the timeline, :func:`notify_changed` pushes
 the new events to every open comm and refreshes live timeline widgets.
@@ -18,7 +18,7 @@ to that metadata, so an execution queued before the comm opens (Run All right
 after ``%load_ext``) writes no status line either; its outcome is kept and sent
 in the answer to ``badges``. Warnings and errors still go to the output area.
 
-This module is only a transport: the requests are answered by :mod:`ipy_resume.protocol`.
+This module is only a transport: the requests are answered by :mod:`ipy_resume.frontends.protocol`.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engine.core import Engine
+from ..store.location import Location
+from ..version import __version__
 from . import protocol
-from .engine import Engine
 from .protocol import REQUESTS, RequestError, json_safe
-from .store.location import Location
-from .version import __version__
 
 __all__ = [
     "BADGES_FLAG",
@@ -124,7 +124,7 @@ def engine_of(shell: Any, root: Location) -> Engine | None:
     """The engine *shell*'s ``%checkpoint`` magics run on the store at *root*, if any.
 
     >>> engine_of(get_ipython(), default_root())  # doctest: +SKIP
-    <ipy_resume.engine.Engine object at ...>
+    <ipy_resume.engine.core.Engine object at ...>
     """
     registry = getattr(getattr(shell, "magics_manager", None), "registry", {})
     magics = registry.get("CheckpointMagics") if isinstance(registry, dict) else None

@@ -23,11 +23,11 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Engine
-from .queries import Timeline
-from .restoring import restore
-from .store.fsio import one_line
-from .store.location import Location, default_root, open_store
+from ..engine.core import Engine
+from ..engine.queries import Timeline
+from ..engine.restoring import restore
+from ..store.fsio import one_line
+from ..store.location import Location, default_root, open_store
 
 __all__ = [
     "HANDLERS",

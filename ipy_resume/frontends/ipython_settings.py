@@ -1,7 +1,7 @@
 """Settings that live in IPython itself: ``%matplotlib``, ``%config`` and the display
 formatters' printers (``sympy.init_printing()``).
 
-Registered into :mod:`ipy_resume.settings` when the extension loads, so the engine
+Registered into :mod:`ipy_resume.runtime.settings` when the extension loads, so the engine
 records and re-applies them like any library setting without importing IPython.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from . import settings
+from ..runtime import settings
 
 __all__ = ["register"]
 

@@ -19,11 +19,11 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import file_deps
-from .analysis import AnalysisError, analyze, first_line
-from .engine import CheckpointOptions, Engine
-from .fingerprint import Fingerprinter, Unfingerprintable
-from .store import StoreError
+from ..fingerprint import Fingerprinter, Unfingerprintable
+from ..runtime import file_deps
+from ..runtime.analysis import AnalysisError, analyze, first_line
+from ..store import StoreError
+from .core import CheckpointOptions, Engine
 
 
 @dataclass

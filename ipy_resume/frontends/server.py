@@ -7,7 +7,7 @@ saved. These handlers read the store next to the notebook directly:
     GET {base_url}ipy-resume/timeline?path=NOTEBOOK[&after=SEQ&limit=N]  → "snapshot"
     GET {base_url}ipy-resume/details?path=NOTEBOOK&target=TARGET         → "details"
 
-Each is the request of that name of :mod:`ipy_resume.protocol`, answered there; the
+Each is the request of that name of :mod:`ipy_resume.frontends.protocol`, answered there; the
 handlers only turn query arguments into the request and errors into HTTP statuses.
 
 The store is the one the notebook's kernel would use: ``$IPY_RESUME_DIR`` when
@@ -28,9 +28,9 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from ..store import StoreError, location
+from ..store.fsio import one_line
 from . import protocol
-from .store import StoreError, location
-from .store.fsio import one_line
 
 
 class StorePathError(ValueError):

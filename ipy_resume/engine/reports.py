@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import file_deps
-from .store import Manifest
-from .store.journal import Event
-from .store.manifest import unique_prefixes
-from .units import format_size, format_timestamp
+from ..runtime import file_deps
+from ..runtime.units import format_size, format_timestamp
+from ..store import Manifest
+from ..store.journal import Event
+from ..store.manifest import unique_prefixes
 
 
 class TargetError(LookupError):

@@ -9,7 +9,7 @@ the newest checkpoint in its lineage that stored it.
 
 A :class:`Timeline` only reads.  The magics, the CLI, the comm, the widget and the
 server all ask it; restoring (which changes a namespace and adds an event) is
-:func:`ipy_resume.restoring.restore` and :meth:`ipy_resume.engine.Engine.restore`.
+:func:`ipy_resume.engine.restoring.restore` and :meth:`ipy_resume.engine.core.Engine.restore`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..runtime.units import format_size
+from ..store import Manifest, Store
+from ..store.journal import Event, Journal
+from ..store.location import Location, open_store, resolve
+from ..store.manifest import SHORT_ID, unique_prefixes
 from . import reports
-from .store import Manifest, Store
-from .store.journal import Event, Journal
-from .store.location import Location, open_store, resolve
-from .store.manifest import SHORT_ID, unique_prefixes
-from .units import format_size
 
 __all__ = ["RESTORING_OUTCOMES", "RestorePlan", "Timeline", "percentiles", "stats_text"]
 

@@ -33,9 +33,9 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 
-from .analysis import first_line
-from .store import StoreError, location, open_store
-from .store.journal import OUTCOME_PAYLOAD, SYNC_ENV, Journal
+from ..runtime.analysis import first_line
+from ..store import StoreError, location, open_store
+from ..store.journal import OUTCOME_PAYLOAD, SYNC_ENV, Journal
 
 LOAD_EXTENSION = "--ext=ipy_resume"
 _ID_OK = re.compile(r"^[A-Za-z0-9_.:-]{1,120}$")

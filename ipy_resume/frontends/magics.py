@@ -1,6 +1,6 @@
 """The IPython adapter: parse ``%%checkpoint``, hand the cell to the engine, print.
 
-Everything that decides *what* happens lives in :mod:`ipy_resume.engine`; this
+Everything that decides *what* happens lives in :mod:`ipy_resume.engine.core`; this
 module only knows how IPython runs code and shows output.
 """
 
@@ -24,17 +24,19 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import comm, reports, torch_support
-from .analysis import first_line
+from ..engine import reports
+from ..engine.core import CheckpointOptions, Engine, Engines, RunResult
+from ..engine.execution import compile_cell, run_compiled
+from ..engine.planning import NotebookCell, RunAllPlan, plan_run_all
+from ..engine.queries import Timeline, stats_text
+from ..runtime import torch_support
+from ..runtime.analysis import first_line
+from ..runtime.capture import OutputRecord, replay, tee_streams
+from ..store import Store, StoreError, background, location
+from ..store.journal import OUTCOME_PAYLOAD
+from ..store.retention import parse_gc_words
+from . import comm
 from .auto import AutoMode
-from .capture import OutputRecord, replay, tee_streams
-from .engine import CheckpointOptions, Engine, Engines, RunResult
-from .execution import compile_cell, run_compiled
-from .planning import NotebookCell, RunAllPlan, plan_run_all
-from .queries import Timeline, stats_text
-from .store import Store, StoreError, background, location
-from .store.journal import OUTCOME_PAYLOAD
-from .store.retention import parse_gc_words
 
 _MEMO_MAX = 512  # option lines and cell texts remembered (each memo is cleared when full)
 _MEMO_CHARS = 1 << 16  # longer cells are transformed afresh each time

@@ -15,11 +15,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
-from . import file_deps, restoring, rng
-from .capture import live_stderr
-from .engine import PREFIX, ActiveCell, active_cell
-from .store import StoreError
-from .units import format_timestamp
+from ..runtime import file_deps
+from ..runtime.capture import live_stderr
+from ..runtime.units import format_timestamp
+from ..store import StoreError
+from . import restoring, rng
+from .core import PREFIX, ActiveCell, active_cell
 
 T = TypeVar("T")
 
