@@ -153,7 +153,7 @@ def test_every_file_flipped_keeps_the_seed_and_says_so_in_one_line(tmp_path: Pat
     (line,) = again.take_repairs()
     assert info.FILE in line and info.BACKUP in line and "base seed is unchanged" in line
     assert "permission" not in line and "\n" not in line
-    assert [p.state for p in again._info_copies()] == ["ok", "ok"]
+    assert [p.state for p in again.info_copies()] == ["ok", "ok"]
 
 
 def test_both_copies_unreadable_and_no_manifest_verifies_quarantines_and_rebuilds(
@@ -177,7 +177,7 @@ def test_both_copies_unreadable_and_no_manifest_verifies_quarantines_and_rebuild
     kept = {p.read_bytes() for p in (store.root / "quarantine").glob("store*.json.*")}
     assert kept == set(garbage.values())
     assert Store(store.root, key=KEY).seed_base == seed  # and the new seed stays
-    assert [c.state for c in again._info_copies()] == ["ok", "ok"]
+    assert [c.state for c in again.info_copies()] == ["ok", "ok"]
     assert not [p for p in again.audit().problems if p.kind == "store-info"]
 
 
@@ -219,7 +219,7 @@ def _unreadable_copies(base: Path) -> None:
     seed = store.seed_base
     for name in (info.FILE, info.BACKUP):
         (store.root / name).chmod(0o000)
-    copies = Store(store.root, key=KEY)._info_copies()
+    copies = Store(store.root, key=KEY).info_copies()
     assert [c.state for c in copies] == ["denied", "denied"]
     with pytest.raises(ManifestError, match="check the folder's permissions"):
         _ = Store(store.root, key=KEY).seed_base

@@ -519,7 +519,6 @@ def test_no_module_is_over_the_line_limit(violations: Violations) -> None:
     assert violations.long_modules == {}
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_no_module_uses_another_modules_private_attributes(violations: Violations) -> None:
     found = [str(use) for use in violations.private_attributes]
     assert found == [], "\n" + "\n".join(found)

@@ -466,7 +466,7 @@ class Engine:
         ):
             return None  # (a save of this key on its way: find waits for it)
         try:
-            m = self.store._read(path, quick=True)
+            m = self.store.read_manifest(path, quick=True)
         except (OSError, StoreError):
             m = None
         if m is None or m.cell_id != cell_id or m.key != key or not m.complete:

@@ -203,27 +203,27 @@ class Fingerprinter:
 
     __slots__ = (
         "_active",
-        "_attached",
-        "_call",
         "_call_keep",
         "_colors",
         "_count",
         "_deadline",
         "_entries",
         "_index",
-        "_life",
         "_life_keep",
         "_low",
-        "_marks",
         "_max_objects",
         "_max_seconds",
         "_next_check",
         "_objs",
-        "_reach",
         "_refining",
         "_shared",
         "_sigmas",
         "_top_name",
+        "attached",
+        "call_memo",
+        "lifetime_memo",
+        "marks",
+        "reach_memo",
     )
 
     def __init__(
@@ -237,9 +237,9 @@ class Fingerprinter:
         self._max_objects = objects if max_objects is None else max_objects
         self._max_seconds = seconds if max_seconds is None else max_seconds
         # finished digests by address; the keep lists hold the objects so one is not reused
-        self._life: dict[int, bytes] = {}
+        self.lifetime_memo: dict[int, bytes] = {}
         self._life_keep: list[object] = []
-        self._call: dict[int, bytes] = {}
+        self.call_memo: dict[int, bytes] = {}
         self._call_keep: list[object] = []
         # Tarjan's stack: objects whose component is not finished, their rules, and their
         # position in it by id
@@ -255,16 +255,16 @@ class Fingerprinter:
         self._refining = 0
         self._active = 0
         # objects a handler put aside to be digested once, after the top-level value
-        self._attached: dict[int, object] = {}
+        self.attached: dict[int, object] = {}
         # *shared*: the memo outlives each top-level digest, so a part of several values
         # (the Axes of ``fig`` and of ``ax``) is walked once.  A top-level digest covers
         # what its parts attached, so each finished object records the objects attached
-        # within its part of the graph (``_reach``, from the log ``_marks`` of every
+        # within its part of the graph (``reach_memo``, from the log ``marks`` of every
         # attach), and a memo hit attaches them again: each value's digest stays the one
         # a fingerprinter of its own gives.
         self._shared = shared
-        self._reach: dict[int, tuple[object, ...]] = {}
-        self._marks: list[object] = []
+        self.reach_memo: dict[int, tuple[object, ...]] = {}
+        self.marks: list[object] = []
         self._count = 0
         self._next_check = 0
         self._deadline = 0.0
@@ -296,7 +296,7 @@ class Fingerprinter:
         self._active += 1
         try:
             result = self._digest(value)
-            if top and self._attached:
+            if top and self.attached:
                 result = self._with_attached(result)
             return result
         except Unfingerprintable:
@@ -311,10 +311,10 @@ class Fingerprinter:
                 if sys.getrecursionlimit() != limit:
                     sys.setrecursionlimit(limit)
                 if not self._shared:
-                    self._call.clear()
+                    self.call_memo.clear()
                     self._call_keep.clear()
-                self._attached.clear()
-                self._marks.clear()
+                self.attached.clear()
+                self.marks.clear()
                 self._objs.clear()
                 self._entries.clear()
                 self._index.clear()
@@ -335,30 +335,30 @@ class Fingerprinter:
         >>> fp.digest([1]) != fp.digest([1, fp.attach([2])])
         True
         """
-        self._attached.setdefault(address(obj), obj)
-        self._marks.append(obj)
+        self.attached.setdefault(address(obj), obj)
+        self.marks.append(obj)
 
-    def _reattach(self, reached: tuple[object, ...]) -> None:
+    def reattach(self, reached: tuple[object, ...]) -> None:
         """Attach again what a memoised part attached when it was digested."""
-        attached = self._attached
+        attached = self.attached
         for obj in reached:
             attached.setdefault(address(obj), obj)
-        self._marks.extend(reached)
+        self.marks.extend(reached)
 
     def _record_reach(self, ids: Iterable[int], start: int) -> None:
         """Remember, for the objects *ids* just finished, what was attached within them."""
-        found = self._marks[start:]
+        found = self.marks[start:]
         if len(found) > 1:
             found = list({address(o): o for o in found}.values())
         reached = tuple(found)
-        reach = self._reach
+        reach = self.reach_memo
         for vid in ids:
             reach[vid] = reached
 
     def _with_attached(self, result: bytes) -> bytes:
         done: dict[int, bytes] = {}
-        while len(done) < len(self._attached):
-            for key, obj in list(self._attached.items()):
+        while len(done) < len(self.attached):
+            for key, obj in list(self.attached.items()):
                 if key not in done:
                     done[key] = self._digest(obj)  # may attach more: the loop goes on
         final = hash128(b"attached\0" + result + b"".join(sorted(done.values())))
@@ -398,12 +398,12 @@ class Fingerprinter:
                 entry = resolved
         vid = address(value)
         life = entry[1] == LIFE_MEMO
-        hit = (self._life if life else self._call).get(vid)
+        hit = (self.lifetime_memo if life else self.call_memo).get(vid)
         if hit is not None:
-            if self._reach:
-                reached = self._reach.get(vid)
+            if self.reach_memo:
+                reached = self.reach_memo.get(vid)
                 if reached is not None:
-                    self._reattach(reached)
+                    self.reattach(reached)
             return hit
         index = self._index.get(vid)
         if index is not None:
@@ -426,7 +426,7 @@ class Fingerprinter:
         self._entries.append(entry)
         outer_low = self._low
         self._low = my + 1
-        marks = len(self._marks)
+        marks = len(self.marks)
         try:
             result = entry[0](self, value)
             low = self._low
@@ -448,12 +448,12 @@ class Fingerprinter:
                     if ALIASES:
                         result = ALIASES.get(result, result)
                     if life:
-                        self._life[vid] = result
+                        self.lifetime_memo[vid] = result
                         self._life_keep.append(value)
                     else:
-                        self._call[vid] = result
+                        self.call_memo[vid] = result
                         self._call_keep.append(value)
-                    if self._shared and len(self._marks) > marks:
+                    if self._shared and len(self.marks) > marks:
                         self._record_reach((vid,), marks)
             return result
         except BaseException as exc:
@@ -523,9 +523,9 @@ class Fingerprinter:
             del self._entries[start:]
         if not self._refining:
             life, life_keep, call, call_keep = (
-                self._life,
+                self.lifetime_memo,
                 self._life_keep,
-                self._call,
+                self.call_memo,
                 self._call_keep,
             )
             for i, (member, entry) in enumerate(zip(members, entries, strict=True)):
@@ -538,7 +538,7 @@ class Fingerprinter:
                 else:
                     call[ids[i]] = digest
                     call_keep.append(member)
-            if self._shared and len(self._marks) > marks:
+            if self._shared and len(self.marks) > marks:
                 self._record_reach(ids, marks)  # (each member reaches the whole component)
         return finals[0]
 

@@ -378,7 +378,7 @@ def _state_digest(
     as a mark here.
     """
     t = type(obj)
-    type_digest = fp._life.get(address(t)) or fp.digest_child(
+    type_digest = fp.lifetime_memo.get(address(t)) or fp.digest_child(
         t
     )  # classes live in the lifetime memo
     layout = _LAYOUTS.get((t, skip))
@@ -420,14 +420,14 @@ def _fitted(
     except KeyError:
         return None
     pairs = []
-    done, attached, ndarray, reach = fp._call, fp._attached, _ndarray_type, fp._reach
+    done, attached, ndarray, reach = fp.call_memo, fp.attached, _ndarray_type, fp.reach_memo
     for (name, up), value in zip(other_names, other_values, strict=True):
         t = type(value)
         if t in _SCALARS or (t in _SEQUENCES and _SCALARS.issuperset(map(type, value))):
             return None  # a leaf now: it goes with the leaves
         if up:
             attached.setdefault(address(value), value)  # Fingerprinter.attach, inline
-            fp._marks.append(value)
+            fp.marks.append(value)
             pairs.append(name + _UP_DIGEST)
             continue
         if t is ndarray:
@@ -441,7 +441,7 @@ def _fitted(
         if digest is not None and reach:
             reached = reach.get(address(value))
             if reached is not None:
-                fp._reattach(reached)  # (what the memo hit in Fingerprinter._digest does)
+                fp.reattach(reached)  # (what the memo hit in Fingerprinter._digest does)
         pairs.append(name + (digest or _other_digest(fp, obj, value)))
     return names, values, pairs
 

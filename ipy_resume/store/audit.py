@@ -155,7 +155,7 @@ def audit(store: Store) -> Audit:
 def _check_info(store: Store, found: Audit, gc_hint: str, has_manifests: bool) -> None:
     """``store.json`` and its backup: sound, equal, and of a format this version reads."""
     where = store.location
-    primary, backup = store._info_copies()
+    primary, backup = store.info_copies()
     sound = [c for c in (primary, backup) if c.usable]
     for copy in (primary, backup):
         found.files_checked += copy.state != "missing"
@@ -299,7 +299,7 @@ def check_manifest(
     that does not verify (None for a sound, misfiled or vanished one).
     """
     try:
-        m = store._read(path)
+        m = store.read_manifest(path)
     except FileNotFoundError:
         return None
     except StoreError as exc:

@@ -44,7 +44,7 @@ every backend and never asks which one it has.
 ``read_identified(key)`` its bytes together with that identity: a folder's file gives
 (device, inode, size, mtime, ctime) from one ``fstat`` of the open file, a bucket's
 object the entity tag its last listing carried.  The process-wide cache of verified
-manifests (``Store._read``, docs/guarantees.md) is written once on these two, for a
+manifests (``Store.read_manifest``, docs/guarantees.md) is written once on these two, for a
 folder and a bucket; a backend with no such identity (None) has every manifest read.
 A folder's identity also stands for its entries: ``identity("manifests/<cell>/<key>")``
 and ``identity("pending")`` change when a file is added, removed or renamed there.

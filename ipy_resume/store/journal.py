@@ -278,7 +278,7 @@ class Journal:
                 if not lacking or (lacking <= left and time.monotonic() - when < _RECHECK_S):
                     return self.rebuilt - before
         flush_deferred(self.path)
-        added = self._recovering(lambda conn: self._rebuild(conn, (), False), create=False)
+        added = self.recovering(lambda conn: self._rebuild(conn, (), False), create=False)
         self.rebuilt += int(added or 0)
         if self.rebuilt > before:
             self._named = None
@@ -319,7 +319,7 @@ class Journal:
                 self.backend.move(src, f"quarantine/{JOURNAL_FILE}{suffix}.{stamp}")
                 self.quarantined.append(f"quarantine/{JOURNAL_FILE}{suffix}.{stamp}")
 
-    def _recovering(
+    def recovering(
         self,
         action: Callable[[sqlite3.Connection], Any],
         create: bool,
@@ -441,7 +441,7 @@ class Journal:
                 }
             return checkpoint_id in self._named
 
-        return bool(self._recovering(query, create=True))
+        return bool(self.recovering(query, create=True))
 
     def _named_now(self, events: Iterable[Event]) -> None:
         if self._named is not None:
@@ -460,7 +460,7 @@ class Journal:
                 raise
             self._named_now(events)
 
-        self._recovering(insert, create=True)
+        self.recovering(insert, create=True)
 
     def append(self, event: Event) -> Event:
         """Commit *event* durably; returns it with ``seq`` filled in (later, when appended
@@ -493,7 +493,7 @@ class Journal:
             self._named_now([event])
             return seq
 
-        event.seq = self._recovering(insert, create=True, skip=frozenset([event.checkpoint_id]))
+        event.seq = self.recovering(insert, create=True, skip=frozenset([event.checkpoint_id]))
         _appended(event.event_id)
         return event
 
@@ -530,7 +530,7 @@ class Journal:
             return [_row_to_event(row) for row in conn.execute(sql, params)]
 
         flush_deferred(self.path)
-        return self._recovering(query, create=False) or []
+        return self.recovering(query, create=False) or []
 
     def checkpoint_ids(self) -> set[str]:
         """Every checkpoint id an event refers to."""
@@ -540,7 +540,7 @@ class Journal:
             return {row[0] for row in conn.execute(sql)}
 
         flush_deferred(self.path)
-        return self._recovering(query, create=False) or set()
+        return self.recovering(query, create=False) or set()
 
     def last(self, session: str | None = None) -> Event | None:
         """The most recent event (of *session*, when given)."""
@@ -557,7 +557,7 @@ class Journal:
             return None if row is None else _row_to_event(row)
 
         flush_deferred(self.path)
-        result: Event | None = self._recovering(query, create=False)
+        result: Event | None = self.recovering(query, create=False)
         return result
 
 

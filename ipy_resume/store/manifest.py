@@ -567,7 +567,7 @@ def _trust_hint(store: str) -> str:
     return f"Run 'ipy-resume trust --store {shlex.quote(store)}' to re-sign it if you trust it."
 
 
-def _parse(data: bytes, rel: str) -> dict[str, Any]:
+def parse(data: bytes, rel: str) -> dict[str, Any]:
     try:
         doc = json.loads(
             data.decode("utf-8"),
@@ -630,7 +630,7 @@ def decode(
     *rel* names it in messages (its path relative to the store root), *store*
     is the store folder named in the ``trust`` hint.
     """
-    doc = _parse(data, rel)
+    doc = parse(data, rel)
     signature = doc.pop("signature", None)
     what = describe(doc.get("cell_id"), doc.get("id"))
 
@@ -690,6 +690,6 @@ def decode_unverified(data: bytes, rel: str, path: PurePath | None = None) -> Ma
     >>> decode_unverified(path.read_bytes(), "manifests/a/k/id.json").blob_refs()  # doctest: +SKIP
     [BlobRef(...)]
     """
-    doc = _parse(data, rel)
+    doc = parse(data, rel)
     doc.pop("signature", None)
     return _build(doc, path, rel)

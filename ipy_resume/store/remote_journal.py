@@ -220,7 +220,7 @@ class RemoteJournal:
                     raise
                 return len(events)
 
-            return int(self.index._recovering(insert, create=True) or 0)
+            return int(self.index.recovering(insert, create=True) or 0)
 
     def _fetch(self, key: str) -> Event | None:
         try:
@@ -232,7 +232,7 @@ class RemoteJournal:
         def query(conn: sqlite3.Connection) -> set[str]:
             return {row[0] for row in conn.execute("SELECT event_id FROM events")}
 
-        return set(self.index._recovering(query, create=False) or set())
+        return set(self.index.recovering(query, create=False) or set())
 
     def events(self, **filters: Any) -> list[Event]:
         """As :meth:`.journal.Journal.events`, after fetching other kernels' events."""

@@ -54,7 +54,7 @@ def _referenced(store: RemoteStore) -> set[str] | None:
         m = _foreign(data, obj.key, PurePosixPath(obj.key))
         if m is None:
             with contextlib.suppress(StoreError):
-                fmt = manifest._parse(data, obj.key).get("format")
+                fmt = manifest.parse(data, obj.key).get("format")
                 if isinstance(fmt, int) and fmt > manifest.FORMAT_VERSION:
                     return None  # a newer writer's blobs cannot be known
             continue

@@ -393,7 +393,7 @@ class Snapshot:
         """
         m, encoded = self.manifest, self.encoded
         same = encoded is not None and encoded[:2] == (m.id, m.bytes_written)
-        self.manifest_bytes = self.store._commit(
+        self.manifest_bytes = self.store.commit_manifest(
             m,
             self.writer,
             deferred=deferred,
@@ -401,7 +401,7 @@ class Snapshot:
             encoded=encoded[2] if same and encoded is not None else None,
         )
         if self.suspect is not None and not background:
-            self.store._heal(self.manifest, self.suspect)
+            self.store.heal(self.manifest, self.suspect)
         return self.manifest_bytes
 
     def withdraw(self) -> None:
@@ -409,7 +409,7 @@ class Snapshot:
         path = self.manifest.path
         if path is not None:
             with contextlib.suppress(OSError):
-                self.store.backend.delete(self.store._rel(path))
+                self.store.backend.delete(self.store.relative(path))
 
     def commit(self) -> SaveResult:
         """Write and publish now, in this thread: :meth:`Store.save`'s protocol.
@@ -426,10 +426,10 @@ class Snapshot:
                 self.publish()
         except lock.StoreLocked as exc:
             self.abandon()
-            raise store._locked_error(self.manifest.cell_id, exc) from exc
+            raise store.locked_error(self.manifest.cell_id, exc) from exc
         except OSError as exc:
             self.abandon()
-            raise store._save_error(self.manifest.cell_id, exc, self.writer.current) from exc
+            raise store.save_error(self.manifest.cell_id, exc, self.writer.current) from exc
         except BaseException:
             self.abandon()
             raise
@@ -440,7 +440,7 @@ class Snapshot:
         """The user-facing error for *exc* raised by a commit step."""
         store = self.store
         if isinstance(exc, lock.StoreLocked):
-            return store._locked_error(self.manifest.cell_id, exc)
+            return store.locked_error(self.manifest.cell_id, exc)
         if isinstance(exc, OSError):
-            return store._save_error(self.manifest.cell_id, exc, self.writer.current)
+            return store.save_error(self.manifest.cell_id, exc, self.writer.current)
         return exc if isinstance(exc, Exception) else RuntimeError(str(exc))

@@ -101,7 +101,7 @@ class _Verified:
     manifest: Manifest | None  # None: written here, parsed (not verified again) on first use
     # (a background commit's is parsed on the writer thread: see Store._remember)
     settled: bool  # the identity could not change unseen any more when it was read
-    # published by this process, ident read right after (see Store._read: trusted once the
+    # published by this process, ident read right after (see Store.read_manifest: trusted once the
     # file has settled with that same identity)
     own: bool = False
 
@@ -682,7 +682,7 @@ class Store:
             self._info = self._resolve_info(heal=True)
         return self._info
 
-    def _info_copies(self) -> tuple[info.Copy, info.Copy]:
+    def info_copies(self) -> tuple[info.Copy, info.Copy]:
         return self._info_copy(info.FILE), self._info_copy(info.BACKUP)
 
     def _info_copy(self, name: str) -> info.Copy:
@@ -705,7 +705,7 @@ class Store:
         ``quarantine/`` before it is written again, and what was repaired is said once
         (:meth:`take_repairs`).
         """
-        copies = self._info_copies()
+        copies = self.info_copies()
         doc = info.first_doc(copies, str(self.location))
         first = next((c for c in copies if c.doc is not None), None)
         origin = ""
@@ -917,13 +917,13 @@ class Store:
                 )
                 m.seed_base = seed_base
                 m.bytes_written = writer.bytes_written
-                manifest_bytes = self._commit(m, writer)
+                manifest_bytes = self.commit_manifest(m, writer)
                 if suspect is not None:
-                    self._heal(m, suspect)
+                    self.heal(m, suspect)
         except StoreLocked as exc:
-            raise self._locked_error(cell_id, exc) from exc
+            raise self.locked_error(cell_id, exc) from exc
         except OSError as exc:
-            raise self._save_error(cell_id, exc, writer.current) from exc
+            raise self.save_error(cell_id, exc, writer.current) from exc
         return SaveResult(
             m, failed, writer.bytes_written + manifest_bytes, sorted(writer.added), writer.members
         )
@@ -981,10 +981,10 @@ class Store:
             )
         except lock.StoreLocked as exc:
             held.close()
-            raise self._locked_error(cell_id, exc) from exc
+            raise self.locked_error(cell_id, exc) from exc
         except OSError as exc:
             held.close()
-            raise self._save_error(cell_id, exc, writer.current) from exc
+            raise self.save_error(cell_id, exc, writer.current) from exc
         except BaseException:
             held.close()
             raise
@@ -1044,7 +1044,7 @@ class Store:
         m.bytes = sum(r.size for r in m.blob_refs())
         return m, failed
 
-    def _locked_error(self, cell_id: str, exc: StoreLocked) -> StoreLocked:
+    def locked_error(self, cell_id: str, exc: StoreLocked) -> StoreLocked:
         cell = " ".join(cell_id.split())
         return StoreLocked(
             f"could not save checkpoint '{cell}': {exc} Nothing was committed and the "
@@ -1118,7 +1118,7 @@ class Store:
             return {}
         return writer.add_group(group, hdf5, linker, ident)
 
-    def _commit(
+    def commit_manifest(
         self,
         m: Manifest,
         writer: Writer,
@@ -1227,7 +1227,7 @@ class Store:
 
     # -- healing ---------------------------------------------------------------
 
-    def _heal(self, new: Manifest, suspect: set[PurePath]) -> None:
+    def heal(self, new: Manifest, suspect: set[PurePath]) -> None:
         """After a save that replaced a checkpoint which failed to load: retire the rest.
 
         Manifests of the key that are damaged, or whose blobs are gone (quarantined
@@ -1243,7 +1243,7 @@ class Store:
             if path == new.path:
                 continue
             try:
-                old = self._read(path)
+                old = self.read_manifest(path)
             except (FileNotFoundError, FormatTooNew, Untrusted):
                 continue
             except StoreError:
@@ -1276,7 +1276,7 @@ class Store:
     def _sweeping(self, m: Manifest) -> _Sweeping:
         return _Sweeping(self, m)
 
-    def _save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
+    def save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
         cell = " ".join(cell_id.split())
         if isinstance(exc, StoreError):  # the backend's own one-line error (a bucket's)
             return SaveError(
@@ -1311,7 +1311,7 @@ class Store:
 
     # -- finding -------------------------------------------------------------
 
-    def _read(self, path: PurePath, quick: bool = False) -> Manifest:
+    def read_manifest(self, path: PurePath, quick: bool = False) -> Manifest:
         """The verified manifest at *path*.
 
         A manifest verified before in this process (under this key) is not verified
@@ -1516,7 +1516,7 @@ class Store:
         # ``created``) wins; a key rarely holds more than a few.
         for path in sorted(self._key_files(cell_id, key), reverse=True):
             try:
-                m = self._read(path, quick=True)
+                m = self.read_manifest(path, quick=True)
             except FileNotFoundError:
                 continue  # removed by gc meanwhile
             except (FormatTooNew, Untrusted) as exc:
@@ -1550,7 +1550,7 @@ class Store:
     def _verified(self, paths: Iterable[PurePath]) -> Iterator[Manifest]:
         for path in paths:
             try:
-                yield self._read(path, quick=True)
+                yield self.read_manifest(path, quick=True)
             except (FileNotFoundError, StoreError):
                 continue
 
