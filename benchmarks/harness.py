@@ -212,13 +212,13 @@ class Probe:
     def install(self) -> Probe:
         if self._installed:
             return self
-        from ipy_resume.engine.core import core as engine
-        from ipy_resume.store import fsio, store
+        from ipy_resume.engine import core as engine
+        from ipy_resume.store import fsio, journal as journals, store
 
         probe = self
         plan, save, load = engine.Engine.plan, store.Store.save, store.Store.load_values
         fsync = fsio._fsync
-        journal = getattr(engine, "Journal", None)  # the timeline (SQLite), when there is one
+        journal = getattr(journals, "Journal", None)  # the timeline (SQLite), when there is one
         append = getattr(journal, "append", None)
 
         def timed_plan(self: Any, *args: Any, **kwargs: Any) -> Any:
