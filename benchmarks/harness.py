@@ -213,7 +213,8 @@ class Probe:
         if self._installed:
             return self
         from ipy_resume.engine import core as engine
-        from ipy_resume.store import fsio, journal as journals, store
+        from ipy_resume.store import fsio, store
+        from ipy_resume.store import journal as journals
 
         probe = self
         plan, save, load = engine.Engine.plan, store.Store.save, store.Store.load_values
