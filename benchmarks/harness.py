@@ -262,7 +262,7 @@ class Probe:
 
         from ipy_resume.store import background, snapshot
 
-        snap, commit_group = store.Store.snapshot, background._commit
+        snap, commit_group = store.Store.snapshot, background.StoreWriter.commit
 
         def timed_snapshot(self: Any, *args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
@@ -271,11 +271,11 @@ class Probe:
             finally:
                 probe.save_s += time.perf_counter() - started
 
-        def timed_commit(jobs: Any) -> None:
+        def timed_commit(self: Any, jobs: Any) -> None:
             # the background writer's share of a save (on its thread, after the cell)
             started = time.perf_counter()
             try:
-                commit_group(jobs)
+                commit_group(self, jobs)
                 probe.saved_bytes += sum(job.bytes_written for job in jobs)
             finally:
                 probe.save_s += time.perf_counter() - started
@@ -291,7 +291,7 @@ class Probe:
 
         sync_commit = snapshot.Snapshot.commit
         store.Store.snapshot = timed_snapshot  # type: ignore[method-assign]
-        background._commit = timed_commit
+        background.StoreWriter.commit = timed_commit  # type: ignore[method-assign]
         snapshot.Snapshot.commit = timed_sync_commit  # type: ignore[method-assign]
         if journal is not None and append is not None:
             journal.append = timed_append

@@ -80,7 +80,7 @@ def workload(ctx: Ctx) -> None:
             del payload, got
 
             store = open_store(url)
-            backend = store.backend  # type: ignore[attr-defined]
+            backend: Any = store.backend
             before = backend.requests if isinstance(backend, FsspecBackend) else math.nan
             started = time.perf_counter()
             saved = store.save("big", f"{r:032x}", {"a": array}, extras={}, info={})
@@ -89,7 +89,7 @@ def workload(ctx: Ctx) -> None:
 
             shutil.rmtree(cache, ignore_errors=True)
             fresh = open_store(url)
-            backend = fresh.backend  # type: ignore[attr-defined]
+            backend = fresh.backend
             before = backend.requests
             started = time.perf_counter()
             manifest = fresh.find("big", f"{r:032x}")
@@ -97,7 +97,7 @@ def workload(ctx: Ctx) -> None:
             values = fresh.load_values(manifest)
             rec.add("s3", "restore_s", time.perf_counter() - started)
             rec.add("s3", "restore_requests", backend.requests - before)
-            assert np.array_equal(values["a"], array)
+            assert np.array_equal(values["a"], array)  # type: ignore[arg-type]
             del values
 
             started = time.perf_counter()

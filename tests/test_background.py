@@ -192,7 +192,7 @@ def test_group_commit_fsyncs_each_folder_once(
     jobs = []
     for i in range(6):
         snap = store.snapshot("same", "k1", {"v": [i] * 10})
-        job = background.submit(snap)
+        job = store.writer.submit(snap)
         assert job is not None
         jobs.append(job)
         if i == 0:
@@ -240,17 +240,17 @@ def test_the_budget_counts_a_save_until_it_is_durable_and_then_no_more(tmp_path:
     # (large saves staged to files, small ones held in their record: both released once
     # durable, so a long session never runs out of budget)
     store = Store(tmp_path / "st", key=b"k" * 32)
-    assert background._writer.held == 0
+    assert background.held() == 0
     jobs = []
     for i, n in enumerate([200_000, 50, 300_000, 10]):
         snap = store.snapshot(f"c{i}", f"k{i}", {"a": np.arange(float(n)) + i})
         size = snap.size
-        job = background.submit(snap)
+        job = store.writer.submit(snap)
         assert job is not None and job.held == size > 0
         jobs.append(job)
     background.flush()
     assert all(job.error is None for job in jobs)
-    assert background._writer.held == 0
+    assert background.held() == 0
     for i, n in enumerate([200_000, 50, 300_000, 10]):
         m = store.find(f"c{i}", f"k{i}")
         assert m is not None and np.array_equal(store.load_values(m)["a"], np.arange(float(n)) + i)

@@ -16,6 +16,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from ipy_resume.engine import rng
 from ipy_resume.frontends.magics import CheckpointMagics
 from ipy_resume.store import backend as backend_module
+from ipy_resume.store import loader as loader_module
+from ipy_resume.store import reader as reader_module
 from ipy_resume.store import store as store_module
 
 
@@ -214,7 +216,7 @@ def test_extras_decoded_once_are_still_verified(
     shell.run_cell(cell)
     shell.run_cell(cell)
     assert capsys.readouterr().out.count("hello") == 3  # printed, then replayed twice
-    decoded = list(store_module._decoded.values())
+    decoded = list(loader_module._decoded.values())
     assert decoded, "the output record and the RNG state are remembered"
     engine = magics_of(shell).last_engine
     assert engine is not None
@@ -292,7 +294,7 @@ def test_a_hit_on_a_checkpoint_saved_here_lists_nothing(
     (saved,) = engine.store.manifests()
     shell.run_cell("v1.append('changed after the save'); w = v1")
     reads = spy(monkeypatch, backend_module, "_read_fd")
-    lists = spy(monkeypatch, store_module.Store, "_manifest_paths")
+    lists = spy(monkeypatch, reader_module.Reader, "manifest_paths")
     assert shell.run_cell(_cell(1)).success
     # no folder listed; its own manifest file at most, compared with the bytes it signed
     # (none once the file has settled: on a loaded machine 100 ms may pass before the hit)

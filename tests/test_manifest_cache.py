@@ -15,6 +15,7 @@ from conftest import spy
 
 from ipy_resume.store import ManifestError, Store, StoreError, Untrusted, manifest
 from ipy_resume.store import backend as backend_module
+from ipy_resume.store import reader as reader_module
 from ipy_resume.store import store as store_module
 
 KEY = bytes(range(100, 132))
@@ -203,9 +204,9 @@ def test_signer_of_cached_entries_is_the_key_id(tmp_path: Path) -> None:
     # the cache is keyed by a digest of the key, never by the signer field of the file
     store = Store(tmp_path / "st", key=KEY)
     store.save("c", "k1", {"x": 1})
-    (slot,) = list(store_module._verified)
+    (slot,) = list(reader_module._verified)
     assert slot[1] != manifest.signer(KEY).encode() and slot[1] != KEY
-    assert slot[1] == store._trust()
+    assert slot[1] == store.ctx.trust()
 
 
 def test_the_margin_follows_the_timestamps_precision() -> None:
@@ -253,7 +254,7 @@ def _background_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
 
     monkeypatch.delenv(background.SWITCH_ENV, raising=False)
     store = Store(tmp_path / "st", key=KEY)
-    job = background.submit(store.snapshot("c", "k1", {"x": 1}))
+    job = store.writer.submit(store.snapshot("c", "k1", {"x": 1}))
     assert job is not None
     assert background.flush() and job.error is None
     return store

@@ -181,7 +181,7 @@ def test_a_small_saves_record_with_damaged_blob_bytes_is_never_committed(
     else:
         doc["inline"][0][1] = size + 1
     record.write_text(json.dumps(doc))
-    result = pending.recover(Store(root))
+    result = pending.recover(Store(root).ctx)
     assert result.finished == [] and list(result.abandoned) == [record.stem]
     assert Store(root).find("c", KEY) is None  # the cell will execute again
     assert pending.records(root) == [] and list((root / "manifests").rglob("*.json")) == []
@@ -220,7 +220,7 @@ def test_a_record_under_another_key_is_refused_and_its_pickle_never_runs(
         del os.environ["IPY_RESUME_KEY_FILE"]
     assert signing.load_or_create_key() != other.read_bytes()
     (record,) = pending.records(root)
-    result = pending.recover(Store(root))
+    result = pending.recover(Store(root).ctx)
     assert result.finished == [] and "does not verify" in result.abandoned[record.stem]
     assert Store(root).find("c", KEY) is None
     assert pending.records(root) == [] and staged_files(root) == []
@@ -238,7 +238,7 @@ def test_a_record_naming_a_file_outside_the_objects_is_abandoned(
     outside.write_text("keep me")
     doc["blobs"][0][0] = os.path.relpath(outside, root)
     record.write_text(json.dumps(doc))
-    result = pending.recover(Store(root))
+    result = pending.recover(Store(root).ctx)
     assert result.finished == [] and list(result.abandoned) == [record.stem]
     assert "outside" in result.abandoned[record.stem]
     assert outside.read_text() == "keep me"
@@ -249,7 +249,7 @@ def test_a_live_writers_staged_save_is_left_to_it_and_spared_by_gc(isolated: Pat
     store = Store(root)
     snap = store.snapshot("c", KEY, {"a": np.arange(50_000.0)})
     snap.stage()  # this process is the writer and is alive
-    assert pending.recover(Store(root)).finished == []
+    assert pending.recover(Store(root).ctx).finished == []
     # the staged save holds the store's shared lock: gc waits for it
     with pytest.raises(StoreLocked):
         Store(root).gc(keep_last=1, timeout=0.3)
@@ -279,7 +279,7 @@ def test_the_scan_before_a_read_skips_this_processs_own_records_unread(
     assert other.record is not None
     loads = spy(monkeypatch, pending, "_load")
     for _ in range(3):
-        assert pending.recover(Store(root)).finished == []
+        assert pending.recover(Store(root).ctx).finished == []
     assert loads == []
     # a record that is not the one this process wrote (another process's, here one
     # planted under the name of a record this process removed) is read, and finished
@@ -290,7 +290,7 @@ def test_the_scan_before_a_read_skips_this_processs_own_records_unread(
     doc["owner"]["boot"] = "another-boot"
     name.write_text(json.dumps(doc))
     other.release()
-    assert pending.recover(Store(root)).finished == [name.stem]
+    assert pending.recover(Store(root).ctx).finished == [name.stem]
     assert loads == [name]
     snap.release()
 
@@ -301,7 +301,7 @@ def test_this_processs_own_saves_coming_and_going_do_not_rescan_pending_at_every
     """A run of small cells outpaces the writer: its own records change pending/ at
     every save.  Those changes are scanned at most every OWN_CHURN_RESCAN seconds, and a
     dead process's save that appears meanwhile is still finished within that bound."""
-    from ipy_resume.store import store as store_module
+    from ipy_resume.store import committer as store_module
 
     # (long enough that the loop below stays within it on a slow machine)
     monkeypatch.setattr(store_module, "OWN_CHURN_RESCAN", 0.9)
@@ -464,7 +464,7 @@ def test_a_record_of_a_reused_pid_or_an_earlier_boot_is_taken_for_dead(
     else:
         doc["owner"]["boot"] = "another-boot"
     snap.record.write_text(json.dumps(doc))
-    assert pending.recover(Store(root)).finished == [snap.record.stem]
+    assert pending.recover(Store(root).ctx).finished == [snap.record.stem]
     assert Store(root).find("c", KEY) is not None
 
 
@@ -693,13 +693,13 @@ def test_a_record_waits_while_the_child_writing_its_blobs_runs(isolated: Path) -
     try:
         doc["owner"]["helper"] = pending.helper(child.pid)
         path.write_text(json.dumps(doc))
-        assert pending.recover(Store(root)).finished == []
-        assert pending.writing(Store(root), "c", KEY) == [child.pid]  # (the one running)
+        assert pending.recover(Store(root).ctx).finished == []
+        assert pending.writing(Store(root).ctx, "c", KEY) == [child.pid]  # (the one running)
     finally:
         child.kill()
         child.wait()
-    assert pending.writing(Store(root), "c", KEY) == []
-    assert pending.recover(Store(root)).finished == [path.stem]
+    assert pending.writing(Store(root).ctx, "c", KEY) == []
+    assert pending.recover(Store(root).ctx).finished == [path.stem]
     assert Store(root).find("c", KEY) is not None
 
 
@@ -741,5 +741,5 @@ def test_a_forked_writer_is_out_of_the_kernels_process_group_when_the_stage_retu
         assert snap.child is not None
         pid = snap.child[0]
         assert os.getpgid(pid) != os.getpgid(0)  # (a zombie still has its group)
-        assert pending.writing(Store(isolated / "store"), "c", KEY) == []  # (our own)
+        assert pending.writing(Store(isolated / "store").ctx, "c", KEY) == []  # (our own)
         snap.commit()

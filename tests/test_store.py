@@ -32,7 +32,8 @@ from ipy_resume.store import (
     codecs,
     fsio,
 )
-from ipy_resume.store import store as store_module
+from ipy_resume.store import loader as loader_module
+from ipy_resume.store import writing as writing_module
 from ipy_resume.store.store import PACK_VALUE_MAX
 
 KEY = bytes(range(100, 132))
@@ -212,7 +213,7 @@ def test_small_values_share_one_pack(store: Store) -> None:
 def test_packs_are_split_past_the_target_size(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "PACK_TARGET", 2000)
+    monkeypatch.setattr(writing_module, "PACK_TARGET", 2000)
     extras = {f"v{i}": str(i) * 700 for i in range(6)}
     m = store.save("c", "k", {}, extras=extras).manifest
     packs = {ref.blob for ref in m.extras.values()}
@@ -274,7 +275,7 @@ def test_blobs_of_a_large_checkpoint_are_read_together_and_verified(
     df = pd.DataFrame({"a": np.arange(n, dtype=np.float64), "s": [f"r{i % 7}" for i in range(n)]})
     big = np.arange(3_000_000, dtype=np.int64)
     m = store.save("c", "k", {"df": df, "big": big}).manifest
-    assert sum(r.size for r in m.blob_refs()) > store_module._PREFETCH_MIN
+    assert sum(r.size for r in m.blob_refs()) > loader_module.PREFETCH_MIN
     got = store.load_values(m)
     pd.testing.assert_frame_equal(got["df"], df)
     np.testing.assert_array_equal(got["big"], big)

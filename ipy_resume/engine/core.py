@@ -462,7 +462,7 @@ class Engine:
         if path is None:
             return None
         if self.store.healing(cell_id, key) or any(
-            job.key == (cell_id, key) for job in background.pending(self.store.root)
+            job.key == (cell_id, key) for job in self.store.writer.pending()
         ):
             return None  # (a save of this key on its way: find waits for it)
         try:
@@ -480,7 +480,7 @@ class Engine:
         >>> engine.flush()  # doctest: +SKIP
         True
         """
-        return background.barrier(self.store.root, timeout=timeout)
+        return self.store.writer.barrier(timeout=timeout)
 
     def restore(
         self,
@@ -560,7 +560,7 @@ class Engine:
         Returns the cell's result value (None when it has none).
         """
         __tracebackhide__ = True
-        background.drain(self.store.root)  # timeline events of saves finished meanwhile
+        self.store.writer.drain()  # timeline events of saves finished meanwhile
         try:
             with _collection_paused():
                 plan = self.plan(namespace, source, opts)
@@ -1001,9 +1001,9 @@ class Engine:
             return self.store.save(opts.cell_id, plan.key, content.values, **what), None, 0
         snap = self.store.snapshot(opts.cell_id, plan.key, content.values, **what)
         to_write = snap.size
-        job = background.submit(snap)
+        job = self.store.writer.submit(snap)
         if job is None:  # over the snapshot budget: written now, after earlier ones
-            background.barrier(self.store.root)
+            self.store.writer.barrier()
             return snap.commit(), None, to_write
         return snap.result(), job, to_write
 

@@ -41,7 +41,7 @@ from ipy_resume.store import location
 from ..fingerprint import Fingerprinter, Unfingerprintable, register_alias, tied_to_code
 from ..store import Manifest, blobs, codecs
 from ..store.manifest import BlobRef
-from ..store.store import MISSING, token
+from ..store.writing import MISSING, token
 
 __all__ = ["SharedObjects", "fingerprints_of", "shared_objects"]
 

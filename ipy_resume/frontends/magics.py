@@ -678,7 +678,7 @@ class CheckpointMagics(Magics):
         """Restore the kernel to *target* and add the restore to the timeline."""
         assert self.shell is not None
         engine = self.engine()
-        background.flush()  # the state to restore includes the saves still being written
+        engine.store.writer.barrier()  # the state to restore includes the saves still on their way
         how = "%resume" if resumed else "restore"
         report = engine.restore(self.shell.user_ns, target, how=how)
         print(f"ipy_resume: {report['message']}")

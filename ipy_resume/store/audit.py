@@ -37,7 +37,7 @@ from ipy_resume.store.fsio import FormatTooNew, StoreError
 from ipy_resume.store.manifest import BlobRef, Manifest
 
 if TYPE_CHECKING:
-    from ipy_resume.store.store import Store
+    from ipy_resume.store.parts import StoreParts
 
 __all__ = ["Audit", "Problem", "audit", "check_manifest", "refusal"]
 
@@ -90,18 +90,18 @@ def _uses(refs: dict[str, list[Manifest]], address: str) -> str:
     return f"{first}{more}"
 
 
-def audit(store: Store) -> Audit:
+def audit(store: StoreParts) -> Audit:
     """Check every file of *store* without changing any (a folder or a bucket, by key).
 
-    >>> print("\\n".join(audit(Store("s")).lines) or "sound")  # doctest: +SKIP
+    >>> print("\\n".join(audit(Store("s").parts).lines) or "sound")  # doctest: +SKIP
     sound
     """
     found = Audit()
-    backend = store.backend
+    backend = store.ctx.backend
     # (a bucket's keys have no folders to list cheaply: there, the store must exist)
-    if not (backend.names("") if backend.local_files else store.exists()):
+    if not (backend.names("") if backend.local_files else store.ctx.exists()):
         return found
-    gc_hint = f"'ipy-resume gc --store {store.location}'"
+    gc_hint = f"'ipy-resume gc --store {store.ctx.location}'"
 
     manifests = list(backend.list("manifests"))
     _check_info(store, found, gc_hint, bool(manifests))
@@ -114,7 +114,7 @@ def audit(store: Store) -> Audit:
     newer = False
     for obj in manifests:
         rel = obj.key
-        path = store.path_of(rel)
+        path = store.ctx.path_of(rel)
         if not rel.endswith(".json") or rel.count("/") != 3:
             found.problems.append(
                 Problem(rel, f"{rel} is not a checkpoint manifest; {gc_hint} removes it", "stray")
@@ -152,10 +152,10 @@ def audit(store: Store) -> Audit:
     return found
 
 
-def _check_info(store: Store, found: Audit, gc_hint: str, has_manifests: bool) -> None:
+def _check_info(store: StoreParts, found: Audit, gc_hint: str, has_manifests: bool) -> None:
     """``store.json`` and its backup: sound, equal, and of a format this version reads."""
-    where = store.location
-    primary, backup = store.info_copies()
+    where = store.ctx.location
+    primary, backup = store.info.copies()
     sound = [c for c in (primary, backup) if c.usable]
     for copy in (primary, backup):
         found.files_checked += copy.state != "missing"
@@ -210,7 +210,7 @@ def _check_journal(backend: Backend, found: Audit, gc_hint: str, has_manifests: 
 
 
 def _check_blobs(
-    store: Store,
+    store: StoreParts,
     found: Audit,
     gc_hint: str,
     refs: dict[str, list[Manifest]],
@@ -223,7 +223,7 @@ def _check_blobs(
     removes them whatever their bytes).
     """
     present: set[str] = set()
-    for obj in store.backend.list("objects"):
+    for obj in store.ctx.backend.list("objects"):
         rel = obj.key
         parts = rel.split("/")
         address = "".join(parts[1:])
@@ -235,12 +235,12 @@ def _check_blobs(
             continue
         present.add(address)
         known = expected.get(address)
-        if known is None and not store.backend.local_files:
+        if known is None and not store.ctx.backend.local_files:
             continue
         found.blobs_checked += 1
         found.files_checked += 1
         size = known.size if known is not None else obj.size
-        problem = store.blobs.check(address, blobs.algo_of(address), address, size)
+        problem = store.ctx.blobs.check(address, blobs.algo_of(address), address, size)
         if problem is None:
             continue
         found.bad_blobs[address] = problem
@@ -256,7 +256,7 @@ def _check_blobs(
             continue
         _broken(found, refs, address, rel, problem, gc_hint)
     for address in sorted(set(expected) - present):
-        rel = store.blobs.relpath(address)
+        rel = store.ctx.blobs.relpath(address)
         found.bad_blobs[address] = "is missing"
         _broken(found, refs, address, rel, "is missing", gc_hint)
     if newer:
@@ -286,7 +286,7 @@ def _broken(
 
 
 def check_manifest(
-    store: Store,
+    store: StoreParts,
     path: PurePath,
     rel: str,
     found: Audit,
@@ -299,13 +299,13 @@ def check_manifest(
     that does not verify (None for a sound, misfiled or vanished one).
     """
     try:
-        m = store.read_manifest(path)
+        m = store.reader.read_manifest(path)
     except FileNotFoundError:
         return None
     except StoreError as exc:
         found.problems.append(Problem(rel, str(exc), "manifest"))
         return exc
-    if store.misfiled(m, path):
+    if store.reader.misfiled(m, path):
         found.problems.append(
             Problem(
                 rel,
@@ -326,7 +326,7 @@ def refusal(m: Manifest, blob_store: Any, rel: str) -> str | None:
 
     *blob_store* is the store's blob store (local or remote). None when every blob verifies.
 
-    >>> refusal(manifest, store.blobs, "manifests/a/k/id.json") is None  # doctest: +SKIP
+    >>> refusal(manifest, store.ctx.blobs, "manifests/a/k/id.json") is None  # doctest: +SKIP
     True
     """
     bad = [

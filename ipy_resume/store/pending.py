@@ -56,7 +56,7 @@ from ipy_resume.store import fsio
 from ipy_resume.store.backend import Backend, LocalBackend
 
 if TYPE_CHECKING:
-    from ipy_resume.store.store import Store
+    from ipy_resume.store.context import StoreContext
 
 __all__ = [
     "FOLDER",
@@ -345,13 +345,13 @@ class Recovered:
     others: int = 0  # records of other processes seen (whatever became of them)
 
 
-def recover(store: Store) -> Recovered:
+def recover(store: StoreContext) -> Recovered:
     """Finish the staged saves of writers that died; abandon those that cannot be trusted.
 
     Called before a store is read (``find``, ``list``), so a run after a crash
     restores every cell whose save the dead kernel had staged.
 
-    >>> recover(store).finished  # doctest: +SKIP
+    >>> recover(store.ctx).finished  # doctest: +SKIP
     ['0190ab3f2a9c1d2e']
     """
     done = Recovered([], {})
@@ -386,7 +386,9 @@ def recover(store: Store) -> Recovered:
     return done
 
 
-def writing(store: Store, cell_id: str, key: str, among: Iterable[str] | None = None) -> list[int]:
+def writing(
+    store: StoreContext, cell_id: str, key: str, among: Iterable[str] | None = None
+) -> list[int]:
     """Process ids of other live processes whose staged save is of (*cell_id*, *key*).
 
     What a lookup that found nothing may wait for: another kernel's save of the same
@@ -394,7 +396,7 @@ def writing(store: Store, cell_id: str, key: str, among: Iterable[str] | None = 
     Only a record whose manifest verifies under this store's key counts.  *among*: the
     record files to look at (those :func:`recover` found live), else every one.
 
-    >>> writing(store, "train", key)  # doctest: +SKIP
+    >>> writing(store.ctx, "train", key)  # doctest: +SKIP
     [41207]
     """
     from ipy_resume.store import manifest
@@ -423,7 +425,7 @@ def writing(store: Store, cell_id: str, key: str, among: Iterable[str] | None = 
     return found
 
 
-def _finish(store: Store, doc: dict[str, Any]) -> str | None:
+def _finish(store: StoreContext, doc: dict[str, Any]) -> str | None:
     """Verify and commit one dead writer's save; None on success, else why not."""
     from ipy_resume.store import blobs, manifest
 
@@ -482,9 +484,9 @@ def _finish(store: Store, doc: dict[str, Any]) -> str | None:
     try:
         for folder in sorted(dirs):
             fsio.fsync_dir(folder)
-        store.publish_recovered(m, data)
-    except FileExistsError:
-        return None  # another process finished it first
+        # the commit point, as a save's: put-if-absent, never over another manifest
+        if not backend.put_if_absent(store.manifest_key(m), data):
+            return None  # another process finished it first
     except OSError as exc:
         return f"its manifest could not be published ({exc})"
     return None

@@ -220,7 +220,7 @@ class RemoteStore(Store):
         self.url = url
         remote = FsspecBackend(url) if backend is None else backend
         super().__init__(Path("/"), key=key, backend=remote)  # root is never a folder here
-        self.root = PurePosixPath(".")  # type: ignore[assignment]
+        self.root = PurePosixPath(".")
         self.blobs = RemoteBlobs(self.backend, BlobCache() if cache is None else cache)  # type: ignore[assignment]
 
     # -- maintenance -----------------------------------------------------------------------
@@ -235,4 +235,6 @@ class RemoteStore(Store):
     ) -> Any:
         from ipy_resume.store import remote_maintenance
 
-        return remote_maintenance.collect(self, keep_last=keep_last, max_size=max_size, grace=grace)
+        return remote_maintenance.collect(
+            self.parts, self.lease_stale, keep_last=keep_last, max_size=max_size, grace=grace
+        )

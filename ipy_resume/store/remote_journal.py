@@ -43,7 +43,7 @@ from ipy_resume.store.blobcache import default_cache_dir
 from ipy_resume.store.journal import OUTCOMES, SYNC_ENV, Event, Journal, insert_event
 
 if TYPE_CHECKING:
-    from ipy_resume.store.store import Store
+    from ipy_resume.store.context import StoreContext
 
 __all__ = ["EVENTS", "RemoteJournal", "event_from_json"]
 
@@ -114,12 +114,11 @@ def _event_id(key: str) -> str | None:
 class RemoteJournal:
     """The :class:`.journal.Journal` interface over event objects in the store.
 
-    >>> RemoteJournal(RemoteStore("s3://bucket/team")).events()  # doctest: +SKIP
+    >>> RemoteJournal(RemoteStore("s3://bucket/team").ctx).events()  # doctest: +SKIP
     [Event(cell_id='train', ...)]
     """
 
-    def __init__(self, store: Store, cache_dir: Path | None = None) -> None:
-        self.store = store
+    def __init__(self, store: StoreContext, cache_dir: Path | None = None) -> None:
         self.backend = store.backend
         url = str(store.location)
         digest = hashlib.sha256(url.encode()).hexdigest()[:16]

@@ -23,6 +23,7 @@ from pathlib import PurePath, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ipy_resume.store import manifest
+from ipy_resume.store.audit import audit
 from ipy_resume.store.fsio import StoreError
 from ipy_resume.store.leases import GC_MARKER_STALE, marker, stale
 from ipy_resume.store.manifest import Manifest
@@ -30,7 +31,7 @@ from ipy_resume.store.remote_backend import FsspecBackend
 from ipy_resume.store.retention import GcReport, retain, scan_manifests
 
 if TYPE_CHECKING:
-    from ipy_resume.store.remote import RemoteStore
+    from ipy_resume.store.parts import StoreParts
 
 __all__ = ["collect"]
 
@@ -43,12 +44,12 @@ def _foreign(data: bytes, rel: str, path: PurePath) -> Manifest | None:
         return None
 
 
-def _referenced(store: RemoteStore) -> set[str] | None:
+def _referenced(store: StoreParts) -> set[str] | None:
     """Every blob any manifest of the store names now (trusted or not); None if unsure."""
     out: set[str] = set()
-    for obj in store.backend.list("manifests"):
+    for obj in store.ctx.backend.list("manifests"):
         try:
-            data = store.backend.get(obj.key)
+            data = store.ctx.backend.get(obj.key)
         except FileNotFoundError:
             continue
         m = _foreign(data, obj.key, PurePosixPath(obj.key))
@@ -63,25 +64,30 @@ def _referenced(store: RemoteStore) -> set[str] | None:
 
 
 def collect(
-    store: RemoteStore,
+    store: StoreParts,
+    lease_stale: float,
     *,
     keep_last: int | None = None,
     max_size: int | None = None,
     grace: float | None = None,
 ) -> GcReport:
-    """Retention plus removal of unreferenced blobs, safe against concurrent saves."""
+    """Retention plus removal of unreferenced blobs, safe against concurrent saves: a save
+    whose lease is younger than *lease_stale* seconds keeps every blob.
+
+    >>> collect(RemoteStore("s3://bucket/team").parts, LEASE_STALE).summary()  # doctest: +SKIP
+    """
     if keep_last is not None and keep_last < 1:
         raise ValueError("--keep-last must be at least 1 (gc never removes every checkpoint)")
     if max_size is not None and max_size < 0:
         raise ValueError("--max-size must not be negative")
     report = GcReport(locked=False)
-    backend = store.backend
-    if not store.exists():
+    backend = store.ctx.backend
+    if not store.ctx.exists():
         return report
-    grace = store.lease_stale if grace is None else grace
-    found = store.audit()
+    grace = lease_stale if grace is None else grace
+    found = audit(store)
     with contextlib.suppress(StoreError):
-        store.heal_info()
+        store.info.heal()
     gc_marker = f"gc/{manifest.new_checkpoint_id()}.json"
     backend.put(gc_marker, [marker("gc")])
     try:
@@ -100,12 +106,12 @@ def collect(
         report.untrusted_kept = scan.untrusted
         for m in sorted(removed, key=manifest.order_key):
             assert m.path is not None
-            backend.delete(store.relative(m.path))
+            backend.delete(store.ctx.rel(m.path))
             report.removed_checkpoints.append((m.id, m.cell_id))
             report.checkpoint_bytes += scan.sizes.get(m.path, 0)
         for path in scan.unreadable:
-            backend.delete(store.relative(path))
-            report.removed_unreadable.append(store.relative(path))
+            backend.delete(store.ctx.rel(path))
+            report.removed_unreadable.append(store.ctx.rel(path))
         for bad in sorted(str(p) for p in broken if p is not None):
             backend.delete(bad)
             report.removed_broken.append(bad)
@@ -119,7 +125,7 @@ def collect(
         for lease in backend.list("leases"):
             # by its process (dead, on this host) or its age; never by --grace, which is
             # about unreferenced blobs, not about saves still running
-            if stale(backend, lease, store.lease_stale, now):
+            if stale(backend, lease, lease_stale, now):
                 backend.delete(lease.key)
             else:
                 live.append(lease.key)

@@ -50,13 +50,14 @@ from typing import TYPE_CHECKING, Any
 
 from ipy_resume.runtime import units
 from ipy_resume.store import blobs, manifest, pending
+from ipy_resume.store.audit import audit
 from ipy_resume.store.backend import Backend, ObjectInfo
 from ipy_resume.store.fsio import FormatTooNew, ManifestError, StoreError, Untrusted
 from ipy_resume.store.journal import Journal
 from ipy_resume.store.manifest import Manifest
 
 if TYPE_CHECKING:
-    from ipy_resume.store.store import Store
+    from ipy_resume.store.parts import StoreParts
 
 __all__ = [
     "GC_USAGE",
@@ -260,10 +261,10 @@ class Scan:
     opaque: list[str] = field(default_factory=list)  # manifests that cannot be read
 
 
-def scan_manifests(store: Store) -> Scan:
-    """What retention judges, from ``store.scan()`` (a local store or an object store)."""
+def scan_manifests(store: StoreParts) -> Scan:
+    """What retention judges, from ``store.reader.scan()`` (a local store or an object store)."""
     found = Scan()
-    for entry in store.scan():
+    for entry in store.reader.scan():
         error = entry.error
         if isinstance(error, OSError):  # unreadable here: its blobs are unknown, so none may go
             found.opaque.append(f"{entry.rel} ({error.strerror or error})")
@@ -354,21 +355,21 @@ def retain(
     return kept, removed, notes
 
 
-def _still_broken(store: Store, m: Manifest, addresses: list[str]) -> bool:
+def _still_broken(store: StoreParts, m: Manifest, addresses: list[str]) -> bool:
     refs = {r.blob: r for r in m.blob_refs()}
     return any(
-        a in refs and store.blobs.check(a, refs[a].algo, refs[a].checksum, refs[a].size)
+        a in refs and store.ctx.blobs.check(a, refs[a].algo, refs[a].checksum, refs[a].size)
         for a in addresses
     )
 
 
-def _heal_files(store: Store, report: GcReport) -> None:
+def _heal_files(store: StoreParts, report: GcReport) -> None:
     """Write store.json and its backup again where one is damaged, and rebuild the journal."""
     try:
-        store.heal_info()
+        store.info.heal()
     except StoreError as exc:  # a newer format: nothing of it is touched
         report.notes.append(str(exc))
-    healer = Journal(store.backend, source=store.manifests_except)
+    healer = Journal(store.ctx.backend, source=store.reader.manifests_except)
     try:
         healer.last()  # opening it checks it; a damaged or missing one is rebuilt
     except sqlite3.Error as exc:
@@ -380,7 +381,7 @@ def _heal_files(store: Store, report: GcReport) -> None:
 
 
 def _remove_leftovers(
-    store: Store,
+    store: StoreParts,
     report: GcReport,
     remove: Callable[[str], bool],
     grace: float,
@@ -393,7 +394,7 @@ def _remove_leftovers(
     *staged* are the keys of temporary files a live writer's staged save still names:
     spared.
     """
-    backend = store.backend
+    backend = store.ctx.backend
     # 4. temporary files anywhere in the store
     for obj in backend.leftovers():
         if _old_enough(obj, grace, now) and obj.key not in staged and remove(obj.key):
@@ -412,7 +413,7 @@ def _remove_leftovers(
 
 
 def collect(
-    store: Store,
+    store: StoreParts,
     *,
     keep_last: int | None = None,
     max_size: int | None = None,
@@ -424,20 +425,20 @@ def collect(
     *grace* spares unreferenced blobs and temporary files younger than that many
     seconds (default: 0 under the store lock, :data:`UNLOCKED_GRACE` without one).
 
-    >>> collect(Store("/tmp/s"), keep_last=3, max_size=parse_size("2G")).summary()  # doctest: +SKIP
+    >>> collect(Store("/tmp/s").parts, keep_last=3, max_size=parse_size("2G")).summary()  # doctest: +SKIP
     """
     if keep_last is not None and keep_last < 1:
         raise ValueError("--keep-last must be at least 1 (gc never removes every checkpoint)")
     if max_size is not None and max_size < 0:
         raise ValueError("--max-size must not be negative")
     report = GcReport()
-    if not store.backend.names(""):
+    if not store.ctx.backend.names(""):
         return report
     # What verify finds, found first and without the lock (it reads every blob): gc acts
     # on it below, checking again under the lock what it removes.
-    found = store.audit()
+    found = audit(store)
     _heal_files(store, report)
-    backend = store.backend
+    backend = store.ctx.backend
     with backend.lock(exclusive=True, timeout=timeout, purpose="gc") as locked:
         report.locked = locked
         if grace is None:
@@ -445,7 +446,7 @@ def collect(
         now = time.time()
         # saves staged by kernels that died are finished first (they are checkpoints
         # like any other); a live writer's staged files are spared below
-        pending.recover(store)
+        pending.recover(store.ctx)
         staged = pending.live_temps(backend)
         scan = scan_manifests(store)
         # checkpoints that can never load: a blob is missing or fails its checksum (a
@@ -473,19 +474,19 @@ def collect(
         # 1-2. manifests first: from here on nothing refers to what follows
         for m in sorted(removed, key=manifest.order_key):
             assert m.path is not None
-            if not remove(store.relative(m.path)):
+            if not remove(store.ctx.rel(m.path)):
                 kept.append(m)  # still there, so are its blobs
                 continue
             report.removed_checkpoints.append((m.id, m.cell_id))
             report.checkpoint_bytes += scan.sizes.get(m.path, 0)
         for path in scan.unreadable:
-            if remove(store.relative(path)):
+            if remove(store.ctx.rel(path)):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
-                report.removed_unreadable.append(store.relative(path))
+                report.removed_unreadable.append(store.ctx.rel(path))
         for path in sorted(p for p in broken if p is not None):
-            if remove(store.relative(path)):
+            if remove(store.ctx.rel(path)):
                 report.checkpoint_bytes += scan.sizes.get(path, 0)
-                report.removed_broken.append(store.relative(path))
+                report.removed_broken.append(store.ctx.rel(path))
         for stray in found.strays:
             if _old_enough(backend.stat(stray), grace, now) and remove(stray):
                 report.removed_strays.append(stray)

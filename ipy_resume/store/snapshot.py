@@ -33,7 +33,8 @@ from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.results import SaveResult
 
 if TYPE_CHECKING:
-    from ipy_resume.store.store import Store, Writer
+    from ipy_resume.store.committer import Committer
+    from ipy_resume.store.writing import Writer
 
 __all__ = ["Snapshot"]
 
@@ -129,14 +130,14 @@ class Snapshot:
 
     def __init__(
         self,
-        store: Store,
+        committer: Committer,
         manifest: Manifest,
         writer: Writer,
         failed: dict[str, str],
         suspect: set[PurePath] | None,
         held: contextlib.ExitStack | None = None,
     ) -> None:
-        self.store = store
+        self.committer = committer
         self.held = held  # the store's shared lock, from the dedup decision to the commit
         self.manifest = manifest
         self.writer = writer
@@ -179,12 +180,12 @@ class Snapshot:
 
         >>> snap.stage()  # doctest: +SKIP
         """
-        store, writer = self.store, self.writer
-        backend = store.backend
+        store, writer = self.committer, self.writer
+        backend = store.ctx.backend
         if 0 < self.size <= INLINE_MAX:  # (far below FORK_MIN)
             self._stage_inline()
             return
-        keys = {a: backend.temp_key(store.blobs.key(a)) for a, _c, _s in writer.deferred or ()}
+        keys = {a: backend.temp_key(store.ctx.blobs.key(a)) for a, _c, _s in writer.deferred or ()}
         todo = [
             (address, chunks, size, backend.local_path(keys[address]))
             for address, chunks, size in writer.deferred or ()
@@ -196,14 +197,14 @@ class Snapshot:
         try:
             # new folders are made durable by the writer, before it publishes
             for address, _chunks, _size, _temp in todo:
-                writer.current = store.blobs.path(address)
+                writer.current = store.ctx.blobs.path(address)
                 backend.make_parents(keys[address], dirs=self.new_dirs)
             writer.current = None
             self.manifest.bytes_written = sum(s.size for s in staged)
             record_key = pending.record_key(self.manifest.id)
             backend.make_parents(record_key, dirs=self.new_dirs)
             path = backend.local_path(record_key)
-            data = manifest.encode(self.manifest, store.key)
+            data = manifest.encode(self.manifest, store.ctx.key)
             self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
             who = None
             if _may_fork(self.size):
@@ -217,7 +218,7 @@ class Snapshot:
                 who = {**pending.owner(), "helper": pending.helper(self.child[0])}
             else:
                 for address, chunks, size, temp in todo:
-                    writer.current = store.blobs.path(address)
+                    writer.current = store.ctx.blobs.path(address)
                     pending.stage_blob(writer.current, chunks, size, temp=temp)
                 writer.current = None
             record = pending.record_bytes(data, staged, who=who)
@@ -241,8 +242,8 @@ class Snapshot:
         one per blob plus the record: a small cell's save makes no folder and no
         temporary blob file before it returns.
         """
-        store, writer = self.store, self.writer
-        backend = store.backend
+        store, writer = self.committer, self.writer
+        backend = store.ctx.backend
         self.staged = []
         try:
             own = [
@@ -255,7 +256,7 @@ class Snapshot:
             writer.deferred = [(address, [data], size) for address, data, size in own]
             self.manifest.bytes_written = sum(size for _a, _d, size in own)
             record_key = pending.record_key(self.manifest.id)
-            data = manifest.encode(self.manifest, store.key)
+            data = manifest.encode(self.manifest, store.ctx.key)
             self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
             record = pending.record_bytes(data, [], inline=[(a, d) for a, d, _s in own])
             path = backend.local_path(record_key)
@@ -342,8 +343,8 @@ class Snapshot:
 
         With *dirs*, their folders are collected for the caller to fsync.
         """
-        store, writer = self.store, self.writer
-        store.blobs.ready()
+        store, writer = self.committer, self.writer
+        store.ctx.blobs.ready()
         self._reap()
         for folder in sorted(self.new_dirs):
             if dirs is None:
@@ -352,16 +353,16 @@ class Snapshot:
                 dirs.add(folder)
         self.new_dirs = set()
         for s in self.staged or ():
-            writer.current = store.blobs.path(s.address)
-            if store.blobs.exists(s.address, s.size):  # written meanwhile by another save
+            writer.current = store.ctx.blobs.path(s.address)
+            if store.ctx.blobs.exists(s.address, s.size):  # written meanwhile by another save
                 fsio.remove(s.temp)
             else:
                 fsio.settle(s.temp, writer.current, dirs=dirs)
                 writer.bytes_written += s.size
             self._written.add(s.address)
         for address, chunks, size in writer.deferred or ():
-            writer.current = store.blobs.path(address)
-            writer.bytes_written += store.blobs.put(
+            writer.current = store.ctx.blobs.path(address)
+            writer.bytes_written += store.ctx.blobs.put(
                 address, chunks, size, touch=not locked, verify=self.suspect is not None, dirs=dirs
             )
             self._written.add(address)
@@ -370,11 +371,11 @@ class Snapshot:
             if ref.blob in self._written:
                 continue
             if self.suspect is not None:
-                problem = store.blobs.check(ref.blob, ref.algo, ref.checksum, ref.size)
+                problem = store.ctx.blobs.check(ref.blob, ref.algo, ref.checksum, ref.size)
             else:
-                problem = None if store.blobs.exists(ref.blob, ref.size) else "is missing"
+                problem = None if store.ctx.blobs.exists(ref.blob, ref.size) else "is missing"
             if problem is not None:
-                writer.current = store.blobs.path(ref.blob)
+                writer.current = store.ctx.blobs.path(ref.blob)
                 raise FileNotFoundError(
                     2,
                     f"a blob it shares with other checkpoints {problem} (removed since the "
@@ -382,18 +383,18 @@ class Snapshot:
                     os.fspath(writer.current),
                 )
             if not locked:  # gc's grace period counts from now (see lock.py)
-                store.blobs.touch(ref.blob)
+                store.ctx.blobs.touch(ref.blob)
         self.manifest.bytes_written = writer.bytes_written
 
     def publish(self, deferred: set[str] | None = None, background: bool = False) -> int:
         """Publish the manifest (the blobs must be durable); returns its size in bytes.
 
         With *deferred* (a group commit), its key is added there for the caller to make
-        durable with ``store.backend.sync`` before the save is reported.
+        durable with ``store.ctx.backend.sync`` before the save is reported.
         """
         m, encoded = self.manifest, self.encoded
         same = encoded is not None and encoded[:2] == (m.id, m.bytes_written)
-        self.manifest_bytes = self.store.commit_manifest(
+        self.manifest_bytes = self.committer.commit_manifest(
             m,
             self.writer,
             deferred=deferred,
@@ -401,7 +402,7 @@ class Snapshot:
             encoded=encoded[2] if same and encoded is not None else None,
         )
         if self.suspect is not None and not background:
-            self.store.heal(self.manifest, self.suspect)
+            self.committer.heal(self.manifest, self.suspect)
         return self.manifest_bytes
 
     def withdraw(self) -> None:
@@ -409,7 +410,7 @@ class Snapshot:
         path = self.manifest.path
         if path is not None:
             with contextlib.suppress(OSError):
-                self.store.backend.delete(self.store.relative(path))
+                self.committer.ctx.backend.delete(self.committer.ctx.rel(path))
 
     def commit(self) -> SaveResult:
         """Write and publish now, in this thread: :meth:`Store.save`'s protocol.
@@ -417,10 +418,10 @@ class Snapshot:
         Raises :class:`SaveError` (or :class:`StoreLocked`) like ``save``; nothing is
         committed then.
         """
-        store = self.store
+        store = self.committer
         try:
-            with store.backend.lock(
-                exclusive=False, timeout=store.lock_timeout, purpose="save"
+            with store.ctx.backend.lock(
+                exclusive=False, timeout=store.ctx.lock_timeout, purpose="save"
             ) as locked:
                 self.write_blobs(locked)
                 self.publish()
@@ -438,7 +439,7 @@ class Snapshot:
 
     def error(self, exc: BaseException) -> Exception:
         """The user-facing error for *exc* raised by a commit step."""
-        store = self.store
+        store = self.committer
         if isinstance(exc, lock.StoreLocked):
             return store.locked_error(self.manifest.cell_id, exc)
         if isinstance(exc, OSError):

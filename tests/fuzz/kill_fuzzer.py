@@ -157,7 +157,7 @@ def _child(
             values = values_for(seed)
             made.append((seed, values, store.snapshot(cell, key, values, info={"fuzz_seed": seed})))
         for seed, values, snap in made:
-            job = background.submit(snap, notify=durable)
+            job = store.writer.submit(snap, notify=durable)
             assert job is not None, "the snapshot budget refused a small save"
             os.write(fd, f"QUEUED {snap.id} {seed}\n".encode())
             _mutate(values)
