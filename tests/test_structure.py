@@ -509,7 +509,6 @@ def violations(graph: dict[str, Module]) -> Violations:
 TODAY = "issue 34: the store's split is under way (see /tmp/structure-violations.txt)"
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_no_import_cycles_counting_type_checking_imports(violations: Violations) -> None:
     assert violations.type_only_loops == [], "\n" + "\n".join(violations.type_only_loops)
 

@@ -481,7 +481,11 @@ class Journal:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 seq = insert_event(conn, event).lastrowid
-                if conn.execute("DELETE FROM events WHERE event_id = ?", (stand_in,)).rowcount:
+                # (an event that is that stand-in itself, appended again, took its row above)
+                if (
+                    event.event_id != stand_in
+                    and conn.execute("DELETE FROM events WHERE event_id = ?", (stand_in,)).rowcount
+                ):
                     conn.execute(
                         "UPDATE events SET parent = ? WHERE parent = ?", (event.event_id, stand_in)
                     )
