@@ -13,30 +13,29 @@ import contextlib
 import contextvars
 import dataclasses
 import gc
-import io
 import os
 import sqlite3
 import sys
 import time
-import types
 import uuid
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, field
-from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
 
-from ..fingerprint import Fingerprinter, Unfingerprintable, globals_read
-from ..fingerprint.key import OnceFingerprinter, cell_key, describe_differences, note_imports
+from ..fingerprint.key import cell_key, describe_differences, note_imports
 from ..runtime import file_deps, settings
-from ..runtime.analysis import AnalysisError, CellAnalysis, analyze, is_bookkeeping
+from ..runtime.analysis import AnalysisError, analyze
 from ..runtime.capture import OutputRecord
 from ..runtime.units import format_size
-from ..store import SaveError, Store, StoreError, background, location, pending
-from ..store.journal import STAMP, Event, stamp
+from ..store import SaveError, Store, StoreError, background, location
+from ..store.journal import STAMP, Event
 from ..store.location import default_store_dir
 from ..store.manifest import Manifest
 from . import restoring, rng
-from .sharing import fingerprints_of, shared_objects
+from .cells import CheckpointOptions, Content, Host, Outcome, Plan, Ran, RunResult, show_status
+from .content import content_of, reached_state
+from .sharing import shared_objects
 
 if TYPE_CHECKING:
     from ..store.journal import Journal
@@ -54,155 +53,6 @@ nothing."""
 STATUS_WAIT = 2.0
 _COMMITTED_MAX = 4096  # checkpoints an engine remembers committing (forgotten all at once)
 PREFIX = "ipy_resume: "
-
-
-@dataclass
-class CheckpointOptions:
-    """What the user asked for on the ``%%checkpoint`` line.
-
-    >>> CheckpointOptions("train", seed=3).cell_id
-    'train'
-    """
-
-    cell_id: str
-    force: bool = False
-    inputs: list[str] = field(default_factory=list)
-    ignore: list[str] = field(default_factory=list)
-    outputs: list[str] | None = None
-    deps: list[str] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-    no_file_deps: bool = False  # do not record the files the cell reads
-    seed: int | None = None
-    no_seed: bool = False
-    salt: str = ""
-    explain: bool = False
-    quiet: bool = False
-    # store only when the run took at least this long (auto mode); faster runs are not saved
-    min_seconds: float | None = None
-    label: str | None = None  # how status lines name the cell (auto mode: its first line)
-    map_location: str | None = None  # restore torch tensors on this device (magics applies it)
-
-    @property
-    def shown(self) -> str:
-        """The cell as status lines name it.
-
-        >>> CheckpointOptions("c1", label="df = load()").shown
-        "cell 'df = load()'"
-        """
-        return f"cell '{self.label}'" if self.label else f"'{self.cell_id}'"
-
-
-@dataclass
-class RunResult:
-    """What one cell run produced: the cell's result value and its recorded output."""
-
-    value: Any
-    has_value: bool
-    record: OutputRecord
-    # how the front end showed the result (format data, metadata), replayed on a hit so the
-    # output is the recorded one even where a repr holds a memory address
-    shown: tuple[dict[str, Any], dict[str, Any]] | None = None
-
-
-class Host(Protocol):
-    """Executes a cell and shows things to the user; supplied by the adapter."""
-
-    def run(self) -> RunResult:
-        """Execute the cell body, streaming output live while recording it."""
-        ...
-
-    def replay(self, record: OutputRecord) -> None:
-        """Show recorded output again."""
-        ...
-
-    def message(self, text: str) -> None:
-        """Show one warning or error line (stderr): the user must always see it."""
-        ...
-
-    # Optional: ``status(text)`` shows a routine status line (restored, executed, the
-    # reason for an execution). A host whose front end shows the outcome some other
-    # way (a badge on the cell) may drop it; without the method, ``message`` shows it.
-    # ``wants_reason`` (a bool attribute) asks for the reason of every execution, to
-    # show it without ``--explain``.  ``waits_for_save`` (a bool attribute, default True)
-    # False: a small save is not waited for; its cell says "saving" and the writer's line
-    # "saved" follows under the cell (a Jupyter kernel, where a wait adds to every cell).
-
-
-def show_status(host: Host, text: str) -> None:
-    """Show a routine status line through *host*: its ``status`` when it has one.
-
-    >>> class H:
-    ...     def message(self, text): print("message:", text)
-    >>> show_status(H(), "restored")
-    message: restored
-    """
-    show = getattr(host, "status", None)
-    if callable(show):
-        show(text)
-    else:
-        host.message(text)
-
-
-@dataclass
-class Plan:
-    """The key of one cell run and the facts it was derived from."""
-
-    analysis: CellAnalysis | None
-    key: str | None
-    parts: dict[str, str]
-    input_digests: dict[str, bytes]
-    seed: int | None
-    problem: str | None = None  # why no key could be made: the cell always executes
-    stale: str | None = None  # a checkpoint has this key, but a file it read changed
-    unusable: str | None = None  # a checkpoint has this key, but it failed to load (said)
-
-
-@dataclass
-class Outcome:
-    """What ``Engine.run`` did, for callers that want more than the result value."""
-
-    status: str  # one of journal.OUTCOMES
-    checkpoint_id: str | None = None
-    names: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    key: str | None = None
-    duration: float = 0.0  # run time (executed) or restore time (restored)
-    saved: float = 0.0  # time a restore saved
-    io: float = 0.0  # save or load time
-    bytes: int = 0
-    detail: str = ""
-    reason: str = ""  # why the cell executed instead of restoring, in words
-
-
-@dataclass
-class _Ran:
-    """One execution of a cell, and the state before it that the save compares with."""
-
-    result: RunResult
-    duration: float
-    before: set[str]  # the names the cell binds that were bound before the run
-    settings_before: dict[str, Any]
-    reached: dict[str, bytes]  # see _reached_state
-    rng_state: dict[str, Any]
-    files_read: dict[str, list[dict[str, Any]]]
-    files_written: list[str]
-    files_removed: list[str]
-    # ``from m import *`` binds names the code does not list: what each name held before
-    starred: dict[str, Any] | None = None
-
-
-@dataclass
-class _Content:
-    """What one checkpoint holds, as :meth:`Store.save` takes it."""
-
-    names: list[str]
-    values: dict[str, Any]
-    extras: dict[str, Any]
-    info: dict[str, Any]
-    missing_files: dict[str, str]  # files named with --files that could not be read
-    # the fingerprints of the cell's inputs and outputs as they are now, by name
-    current: dict[str, bytes] = field(default_factory=dict)
-    fingerprinter: Fingerprinter | None = None  # that took them (its memo, for the save)
 
 
 @dataclass
@@ -744,7 +594,9 @@ class Engine:
             self.last_outcome = Outcome("fast", key=plan.key, duration=duration)
             return _value(result)
         with _collection_paused():
-            content = self._content(namespace, plan, opts, ran)
+            content = content_of(
+                namespace, plan, opts, ran, session=self.session, last_event=self.last_event
+            )
         values = content.values
         save_started = time.perf_counter()
         shared = shared_objects(self.store.location)
@@ -839,7 +691,7 @@ class Engine:
         plan: Plan,
         opts: CheckpointOptions,
         host: Host,
-    ) -> _Ran:
+    ) -> Ran:
         """Run the cell, recording what it reads and writes; the state before it, for the
         comparison after."""
         __tracebackhide__ = True
@@ -852,7 +704,7 @@ class Engine:
         if plan.analysis.star_import or plan.analysis.rebinds:
             starred = dict(namespace)  # (holding the values: no address is reused meanwhile)
         settings_before = settings.snapshot()
-        reached = _reached_state(namespace, plan)
+        reached = reached_state(namespace, plan)
         self._seed(plan)
         started = time.perf_counter()
         global _active
@@ -871,7 +723,7 @@ class Engine:
             rng.stop_seeding_on_import()
         duration = time.perf_counter() - started
         note_imports(plan.analysis)
-        return _Ran(
+        return Ran(
             result=result,
             duration=duration,
             before=before,
@@ -886,103 +738,8 @@ class Engine:
             starred=starred,
         )
 
-    def _content(
-        self,
-        namespace: MutableMapping[str, Any],
-        plan: Plan,
-        opts: CheckpointOptions,
-        ran: _Ran,
-    ) -> _Content:
-        """What the checkpoint of this run holds: values, extras and the manifest's info."""
-        assert plan.analysis is not None
-        result = ran.result
-        # (settings and files first: the digests below then follow each other with nothing
-        # but this method's bookkeeping between them)
-        changed_settings = settings.changes(ran.settings_before, settings.snapshot())
-        missing_files: dict[str, str] = {}
-        files: dict[str, bytes] = {}
-        for path in opts.files:
-            try:
-                files[path] = Path(path).read_bytes()
-            except OSError as exc:
-                missing_files[f"file:{path}"] = exc.strerror or str(exc)
-        # One fingerprinter for every digest after the run: nothing else runs between
-        # them, so what one digest found of a class, function or module (and of an object
-        # bound to two names) holds for the others.
-        fingerprinter = OnceFingerprinter()
-        names, deleted, mutated, after = self._outputs(
-            namespace, plan, opts, ran.before, ran.reached, ran.starred, fingerprinter
-        )
-        values = {name: namespace[name] for name in names}
-        extras: dict[str, Any] = {"outputs": result.record, "rng": ran.rng_state}
-        if changed_settings:
-            extras["settings"] = changed_settings
-        if result.has_value:
-            extras["result"] = result.value
-            if result.shown is not None:
-                extras["shown"] = result.shown
-        if opts.files:
-            extras["files"] = files
-        digests = _digests_of(values, after, fingerprinter)
-        # What each input and output holds now: unchanged inputs as the key took them.
-        current = {
-            name: digest
-            for name, digest in [*plan.input_digests.items(), *ran.reached.items()]
-            if name in namespace and name not in plan.analysis.outputs and name not in mutated
-        }
-        current.update(after)
-        current.update(digests)
-        info: dict[str, Any] = {
-            "key_parts": plan.parts,
-            "inputs": sorted(plan.input_digests),
-            "outputs": sorted(names),
-            "output_summary": {
-                "stdout_chars": len(result.record.text("stdout")),
-                "stderr_chars": len(result.record.text("stderr")),
-                "displays": sum(1 for kind, _ in result.record.events if kind == "display"),
-                "has_result": result.has_value,
-            },
-            "names": {name: summarize(value) for name, value in values.items()},
-            # each stored value is digested once, for both records
-            "fingerprints": fingerprints_of(values, {**after, **digests}),
-            "output_digests": {name: d.hex() for name, d in digests.items()},
-            "mutated": sorted(mutated),
-            "deleted": sorted(deleted),
-            "duration": ran.duration,
-            "seed": plan.seed,
-            "has_result": result.has_value,
-            "session": self.session,
-            # its timeline event, so a reader can append it if this kernel dies first
-            STAMP: stamp(self.last_event, pending.owner()),
-            **({"label": opts.label} if opts.label else {}),
-            "options": {
-                "files": opts.files,
-                "deps": opts.deps,
-                "salt": opts.salt,
-                "file_deps": not opts.no_file_deps,
-            },
-        }
-        shown = settings.shown_under(
-            ran.settings_before,
-            printed=bool(
-                result.record.events
-                or (result.has_value and result.value is not None)
-                or any(type(v) is str for v in values.values())
-            ),
-            drew=settings.draws([*values.values(), result.value]),
-        )
-        if shown:
-            info["shown_under"] = shown
-        if ran.files_read:
-            info["file_deps"] = ran.files_read
-        if ran.files_written:
-            info["files_written"] = ran.files_written
-        if ran.files_removed:
-            info["files_removed"] = ran.files_removed
-        return _Content(names, values, extras, info, missing_files, current, fingerprinter)
-
     def _save(
-        self, plan: Plan, opts: CheckpointOptions, content: _Content, shared: SharedObjects
+        self, plan: Plan, opts: CheckpointOptions, content: Content, shared: SharedObjects
     ) -> tuple[SaveResult, background.Job | None, int]:
         """Commit *content*: staged for the background writer where it may be, else now.
 
@@ -1053,60 +810,6 @@ class Engine:
         if plan.seed is not None:
             rng.seed_all(plan.seed)
 
-    def _outputs(
-        self,
-        namespace: MutableMapping[str, Any],
-        plan: Plan,
-        opts: CheckpointOptions,
-        before: set[str],
-        reached: dict[str, bytes],
-        starred: dict[str, Any] | None = None,
-        fingerprinter: Fingerprinter | None = None,
-    ) -> tuple[list[str], list[str], list[str], dict[str, bytes]]:
-        """Names to store, names the cell removed, inputs it changed in place, and the
-        fingerprints of those inputs after the run.
-
-        *starred* (a cell with ``from m import *``): what each name held before the run;
-        the names bound anew are stored too, since the code does not say which they are.
-
-        *reached* are the fingerprints, before the run, of the globals the cell's notebook
-        functions reach: those changed (a generator a function advanced) are stored too.
-        """
-        assert plan.analysis is not None
-        mutated: list[str] = []
-        after: dict[str, bytes] = {}
-        fingerprinter = fingerprinter or OnceFingerprinter()
-        for name, digest in [*plan.input_digests.items(), *reached.items()]:
-            if name in plan.analysis.outputs or name not in namespace:
-                continue
-            try:
-                now = fingerprinter.digest(namespace[name])
-            except Unfingerprintable:
-                mutated.append(name)
-                continue
-            if now != digest:
-                mutated.append(name)
-                after[name] = now
-        bound = set(plan.analysis.outputs) | set(mutated)
-        if starred is not None:
-            bound.update(
-                name
-                for name, value in namespace.items()
-                if (name not in starred or starred[name] is not value) and not is_bookkeeping(name)
-            )
-        if opts.outputs is not None:
-            bound = set(opts.outputs)
-        # A file closed by ``with open(...) as fh`` is spent: storing it could only fail and
-        # mark the checkpoint incomplete, so it is left out.
-        names = sorted(
-            name for name in bound if name in namespace and not _is_closed_file(namespace[name])
-        )
-        candidates = set(plan.analysis.deleted) | (set(plan.analysis.outputs) & before)
-        if starred is not None:  # (``%xdel b``, ``globals().pop("c")``: no ``del`` to read)
-            candidates.update(name for name in starred if not is_bookkeeping(name))
-        deleted = sorted(name for name in candidates if name not in namespace)
-        return names, deleted, mutated, after
-
     def explain(self, cell_id: str, plan: Plan) -> str:
         """Say which part of the key differs from the nearest earlier checkpoint of *cell_id*.
 
@@ -1153,36 +856,6 @@ class FreshCheckpoint(file_deps.FreshFiles):
         return not changed
 
 
-def summarize(value: Any) -> dict[str, Any]:
-    """Type, shape and size of a value, for ``show`` and the timeline.
-
-    >>> summarize([1, 2])
-    {'type': 'list', 'len': 2}
-    """
-    summary: dict[str, Any] = {"type": type(value).__qualname__}
-    module = type(value).__module__
-    if module not in ("builtins", "__main__"):
-        summary["type"] = f"{module.split('.')[0]}.{type(value).__qualname__}"
-    # Only array-likes are asked for these: on another object the names may run anything
-    # (a pandas GroupBy's ``dtype`` computes every group and fills its caches, which
-    # changed its fingerprint, so each later cell reading it missed after a restart).
-    if hasattr(type(value), "__array__"):
-        shape = getattr(value, "shape", None)
-        if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
-            summary["shape"] = list(shape)
-        dtype = getattr(value, "dtype", None)
-        if dtype is not None and not callable(dtype):
-            summary["dtype"] = str(dtype)
-        nbytes = getattr(value, "nbytes", None)
-        if isinstance(nbytes, int):
-            summary["bytes"] = nbytes
-    if "bytes" not in summary and isinstance(
-        value, (list, tuple, dict, set, frozenset, str, bytes)
-    ):
-        summary["len"] = len(value)
-    return summary
-
-
 def _save_failure(opts: CheckpointOptions, exc: BaseException, listed: str) -> str:
     """The line that says a save failed and that the values are still in the kernel."""
     if isinstance(exc, SaveError):
@@ -1222,49 +895,6 @@ def _show(host: Host, value: Any, shown: tuple[dict[str, Any], dict[str, Any]]) 
     return True
 
 
-def _reached_state(namespace: MutableMapping[str, Any], plan: Plan) -> dict[str, bytes]:
-    """Fingerprints of the globals that the cell's notebook functions read, transitively.
-
-    ``y = model(x)`` never names ``rng``, but ``model`` draws from it: ``rng`` changes.
-    Functions, classes and modules themselves are followed, not fingerprinted; names the
-    cell reads or binds itself are checked elsewhere.  A value that cannot be fingerprinted
-    is skipped (the cell's key already covers it through the function).
-    """
-    assert plan.analysis is not None
-    own = set(plan.input_digests) | set(plan.analysis.outputs)
-    seen: set[int] = set()
-    found: set[str] = set()
-    todo = [namespace[n] for n in plan.input_digests if n in namespace]
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        code = None
-        if isinstance(obj, types.MethodType):
-            todo.append(obj.__func__)
-        elif isinstance(obj, types.FunctionType) and obj.__module__ == "__main__":
-            code = obj.__code__
-        elif isinstance(obj, type) and obj.__module__ == "__main__":
-            todo.extend(v for v in vars(obj).values() if isinstance(v, types.FunctionType))
-        if code is None:
-            continue
-        for name in globals_read(code):
-            if name in own or name in found or name not in namespace:
-                continue
-            value = namespace[name]
-            if isinstance(value, (types.FunctionType, types.MethodType, type)):
-                todo.append(value)
-            elif not isinstance(value, types.ModuleType):
-                found.add(name)
-    fingerprinter = Fingerprinter()
-    digests: dict[str, bytes] = {}
-    for name in sorted(found):
-        with contextlib.suppress(Unfingerprintable):
-            digests[name] = fingerprinter.digest(namespace[name])
-    return digests
-
-
 class _collection_paused:
     """No cyclic garbage collection while a key is digested, a save serialised or a load runs.
 
@@ -1291,30 +921,8 @@ class _collection_paused:
             gc.enable()
 
 
-def _digests_of(
-    values: Mapping[str, Any],
-    known: Mapping[str, bytes],
-    fingerprinter: Fingerprinter | None = None,
-) -> dict[str, bytes]:
-    """Every stored value's fingerprint, as a later cell's key would take it: what a Run All
-    plan chains through when this checkpoint would be restored."""
-    fingerprinter = fingerprinter or OnceFingerprinter()
-    out: dict[str, bytes] = {}
-    for name, value in values.items():
-        if name in known:
-            out[name] = known[name]
-            continue
-        with contextlib.suppress(Unfingerprintable):
-            out[name] = fingerprinter.digest(value)
-    return out
-
-
 def _value(result: RunResult) -> Any:
     return result.value if result.has_value else None
-
-
-def _is_closed_file(value: Any) -> bool:
-    return isinstance(value, io.IOBase) and value.closed
 
 
 _EXTRAS_SAID = {
