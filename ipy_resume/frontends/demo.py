@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..store import location
+
 PREPARE = textwrap.dedent(
     """\
     %%checkpoint prepare --seed 1
@@ -126,8 +128,7 @@ def run_demo(workdir: Path | None = None) -> int:
         )
         return 2
     workdir = workdir or Path(tempfile.mkdtemp(prefix="ipy-resume-demo-"))
-    env = dict(os.environ)
-    env["IPY_RESUME_DIR"] = str(workdir / ".ipy_resume")
+    env = location.kernel_env(workdir / ".ipy_resume", sync=False)
     _say("setup", f"working in {workdir} (store: .ipy_resume/)")
 
     kernel = _Kernel(workdir, env)

@@ -35,7 +35,7 @@ from nbclient.util import run_sync
 
 from ..runtime.analysis import first_line
 from ..store import StoreError, location, open_store
-from ..store.journal import OUTCOME_PAYLOAD, SYNC_ENV, Journal
+from ..store.journal import OUTCOME_PAYLOAD, Journal
 
 LOAD_EXTENSION = "--ext=ipy_resume"
 _ID_OK = re.compile(r"^[A-Za-z0-9_.:-]{1,120}$")
@@ -180,16 +180,12 @@ def wrapped(source: str, cell_id: str) -> str:
 
 
 def kernel_env(store: location.Location) -> dict[str, str]:
-    """The environment of a headless run's kernel: this process's, the store named.
-
-    The store is handed over resolved, so the kernel uses the one this process chose
-    wherever it starts; each cell's outcome is read from the journal right after the
-    cell, so the journal writes every row at once.
+    """The environment of a headless run's kernel (see :func:`location.kernel_env`).
 
     >>> kernel_env(Path("/srv/store"))["IPY_RESUME_DIR"]
     '/srv/store'
     """
-    return {**os.environ, location.STORE_ENV: str(store), SYNC_ENV: "1"}
+    return location.kernel_env(store)
 
 
 class CheckpointingCells:

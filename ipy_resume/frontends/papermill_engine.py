@@ -25,7 +25,6 @@ from .headless import (
     cell_ids,
     file_has_cell_ids,
     first_line,
-    kernel_env,
 )
 
 
@@ -81,4 +80,4 @@ class ResumeEngine(NBClientEngine):
             )
 
         client.setup_checkpoints(ids, store, report)
-        return client.execute(env=kernel_env(store))
+        return client.execute(env=location.kernel_env(store))

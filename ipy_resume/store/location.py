@@ -11,6 +11,8 @@ Which store a front end opens is decided once, by :func:`store_location` (the ma
 named, else ``$IPY_RESUME_DIR``, else ``.ipy_resume`` in the notebook's folder.  A
 relative ``$IPY_RESUME_DIR`` is taken from the notebook's folder, the kernel's working
 directory, so a headless run started elsewhere uses the store its kernel's cells would.
+A kernel a front end starts (``ipy-resume run``, the papermill engine, the demo) gets its
+environment from :func:`kernel_env`: the store handed over resolved.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ipy_resume.store.journal import SYNC_ENV
 from ipy_resume.store.urls import StoreURLError, is_url, split_url
 
 if TYPE_CHECKING:
@@ -33,6 +36,7 @@ __all__ = [
     "default_root",
     "default_store_dir",
     "is_url",
+    "kernel_env",
     "key",
     "open_store",
     "resolve",
@@ -192,3 +196,21 @@ def open_store(where: str | os.PathLike[str], key: bytes | None = None) -> Store
     from ipy_resume.store.store import Store
 
     return Store(location, key=key)
+
+
+def kernel_env(
+    store: Location, base: Mapping[str, str] | None = None, *, sync: bool = True
+) -> dict[str, str]:
+    """The environment of a kernel a front end starts: *base* (default: this process's)
+    with the store named, resolved, so the kernel uses the one the front end chose
+    wherever it starts.  With *sync*, the kernel writes every timeline row at once (a
+    headless run reads each cell's outcome from the journal right after the cell).
+
+    >>> kernel_env(Path("/srv/store"), {})["IPY_RESUME_DIR"]
+    '/srv/store'
+    """
+    env = dict(os.environ if base is None else base)
+    env[STORE_ENV] = str(resolve(store))
+    if sync:
+        env[SYNC_ENV] = "1"
+    return env
