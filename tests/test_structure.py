@@ -506,14 +506,12 @@ def violations(graph: dict[str, Module]) -> Violations:
 
 # The package fails these today (issue 34 is under way: the store is being split); the marks
 # go once it passes them, and strict=True says so by failing as soon as it does.
-TODAY = "issue 34: the store's split is under way (see /tmp/structure-violations.txt)"
 
 
 def test_no_import_cycles_counting_type_checking_imports(violations: Violations) -> None:
     assert violations.type_only_loops == [], "\n" + "\n".join(violations.type_only_loops)
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_no_module_is_over_the_line_limit(violations: Violations) -> None:
     assert violations.long_modules == {}
 

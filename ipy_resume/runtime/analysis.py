@@ -18,9 +18,35 @@ import builtins
 import re
 import warnings
 from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
+
+from ipy_resume.runtime.scopes import (
+    CLASS_IMPLICIT,
+    CODE_CALLS,
+    DELETING_MAGICS,
+    NAMESPACE_CALLS,
+    NAMESPACE_FREE_MAGICS,
+    ComprehensionNode,
+    Event,
+    Flow,
+    Frame,
+    FunctionNode,
+    Snapshot,
+    StoreMode,
+    annotation_nodes,
+    havoc,
+    import_binding,
+    irrefutable,
+    line_magic,
+    magic_code,
+    merge,
+    param_names,
+    scope_names,
+    timeit_statement,
+    type_param_names,
+)
 
 __all__ = ["AnalysisError", "CellAnalysis", "analyze", "normalize_source"]
 
@@ -102,34 +128,6 @@ _HISTORY_NAME = re.compile(r"_i?\d+")
 # import *`` binding IPython.display's, has a name of its own to store and restore)
 _BUILTIN_NAMES = (frozenset(dir(builtins)) | {"display"}) - _IGNORED_NAMES
 
-# Line magics whose argument is Python code that IPython runs in the cell's namespace:
-# ``%time x = f()`` binds ``x`` as the plain statement would, and ``%timeit
-# np.add.at(counts, i, 1)`` reads (and may change) ``counts``. Their code is analysed
-# where the magic's call stands; any other magic's argument stays opaque.
-_TIMEIT_OPTIONS = "n:r:tcp:qov:"  # IPython's own option string for %timeit
-
-# Line magics that read and bind no name of the notebook's; those that delete some.
-_NAMESPACE_FREE_MAGICS = frozenset(
-    {
-        "matplotlib", "config", "load_ext", "reload_ext", "unload_ext", "autoreload",
-        "aimport", "env", "set_env", "cd", "pwd", "precision", "pip", "conda", "xmode",
-        "pdb", "colors", "automagic", "autocall", "doctest_mode", "lsmagic", "quickref",
-        "history", "logstart", "logstop", "logon", "logoff", "alias", "unalias",
-        "bookmark", "dhist", "pushd", "popd", "dirs", "sx", "system",
-    }
-)  # fmt: skip
-# (``%reset_selective -f ^tmp`` deletes what the namespace holds: it reads every name)
-_DELETING_MAGICS = frozenset({"xdel"})
-# Calls that run code the analysis cannot read, or hand out the namespace itself.
-_CODE_CALLS = frozenset({"exec", "eval"})
-_NAMESPACE_CALLS = frozenset({"globals", "vars", "locals"})
-
-# Names a class body binds implicitly before its first statement runs.
-_CLASS_IMPLICIT = frozenset({"__module__", "__qualname__"})
-
-_FrameKind = Literal["module", "class", "function", "comprehension"]
-_StoreMode = Literal["bind", "maybe", "handler"]
-
 
 def _ignored(name: str) -> bool:
     return name in _IGNORED_NAMES or _HISTORY_NAME.fullmatch(name) is not None
@@ -144,247 +142,6 @@ def is_bookkeeping(name: str) -> bool:
     return _ignored(name)
 
 
-@dataclass
-class _Flow:
-    """Facts that hold on every path reaching the current point of a scope.
-
-    ``touched``: the cell has bound or deleted the name, so its pre-cell value is
-    gone (this only grows along a path). ``bound``/``deleted``: the name is
-    definitely bound / definitely deleted right now.
-    """
-
-    touched: set[str] = field(default_factory=set)
-    bound: set[str] = field(default_factory=set)
-    deleted: set[str] = field(default_factory=set)
-
-    def copy(self) -> _Flow:
-        return _Flow(set(self.touched), set(self.bound), set(self.deleted))
-
-
-@dataclass
-class _Frame:
-    kind: _FrameKind
-    flow: _Flow | None = None
-    local: frozenset[str] = frozenset()
-    globals: frozenset[str] = frozenset()
-    nonlocals: frozenset[str] = frozenset()
-
-
-_Snapshot = list[_Flow | None]
-_Event = tuple[int, str]
-_FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
-_ComprehensionNode = ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp
-
-
-def _merge(snaps: Sequence[_Snapshot]) -> _Snapshot:
-    """State after control flow joins: only facts true on every incoming path survive."""
-    merged: _Snapshot = []
-    for flows in zip(*snaps, strict=True):
-        first = flows[0]
-        if first is None:
-            merged.append(None)
-            continue
-        out = first.copy()
-        for other in flows[1:]:
-            assert other is not None
-            out.touched &= other.touched
-            out.bound &= other.bound
-            out.deleted &= other.deleted
-        merged.append(out)
-    return merged
-
-
-def _havoc(snap: _Snapshot, events: Iterable[_Event]) -> _Snapshot:
-    """State somewhere inside a region that started at ``snap`` and bound/deleted ``events``.
-
-    Used where a region can be left half-way (break, continue, an exception caught
-    by a handler): a name the region touched may be in either state afterwards.
-    ``touched`` keeps the start value because it never shrinks along a path.
-    """
-    out: _Snapshot = [f.copy() if f is not None else None for f in snap]
-    for idx, name in events:
-        if idx < len(out):
-            flow = out[idx]
-            if flow is not None:
-                flow.bound.discard(name)
-                flow.deleted.discard(name)
-    return out
-
-
-def _param_names(args: ast.arguments) -> set[str]:
-    params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-    if args.vararg is not None:
-        params.append(args.vararg)
-    if args.kwarg is not None:
-        params.append(args.kwarg)
-    return {a.arg for a in params}
-
-
-def _type_param_names(node: ast.AST) -> set[str]:
-    # PEP 695 (Python 3.12+); absent on older interpreters.
-    return {getattr(tp, "name", "") for tp in getattr(node, "type_params", ())} - {""}
-
-
-def _scope_names(nodes: Iterable[ast.AST]) -> tuple[set[str], set[str], set[str]]:
-    """Names a function/class body binds, declares ``global`` and declares ``nonlocal``.
-
-    Nested function and class bodies and lambda bodies are separate scopes and are
-    skipped, but their decorators, defaults and bases run in this scope. Inside
-    comprehensions only walrus targets escape to this scope.
-    """
-    stores: set[str] = set()
-    globs: set[str] = set()
-    nonlocs: set[str] = set()
-
-    def in_comprehension(node: ast.AST) -> None:
-        if isinstance(node, ast.NamedExpr):
-            if isinstance(node.target, ast.Name):
-                stores.add(node.target.id)
-            in_comprehension(node.value)
-        elif isinstance(node, ast.Lambda):
-            for default in [*node.args.defaults, *node.args.kw_defaults]:
-                if default is not None:
-                    in_comprehension(default)
-        elif isinstance(node, ast.comprehension):
-            in_comprehension(node.iter)
-            for cond in node.ifs:
-                in_comprehension(cond)
-        else:
-            for child in ast.iter_child_nodes(node):
-                in_comprehension(child)
-
-    def walk(node: ast.AST) -> None:
-        if isinstance(node, ast.Global):
-            globs.update(node.names)
-        elif isinstance(node, ast.Nonlocal):
-            nonlocs.update(node.names)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            stores.add(node.name)
-            for child in _function_header(node):
-                walk(child)
-        elif isinstance(node, ast.ClassDef):
-            stores.add(node.name)
-            for child in [*node.decorator_list, *node.bases, *node.keywords]:
-                walk(child)
-        elif isinstance(node, ast.Lambda):
-            for default in [*node.args.defaults, *node.args.kw_defaults]:
-                if default is not None:
-                    walk(default)
-        elif isinstance(node, _ComprehensionNode):
-            in_comprehension(node)
-        else:
-            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                stores.add(node.id)
-            elif isinstance(node, ast.Import | ast.ImportFrom):
-                stores.update(_import_binding(alias) for alias in node.names if alias.name != "*")
-            elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar):
-                if node.name is not None:
-                    stores.add(node.name)
-            elif isinstance(node, ast.MatchMapping) and node.rest is not None:
-                stores.add(node.rest)
-            elif type(node).__name__ == "TypeAlias":
-                # ``type X = ...`` binds X; its value is evaluated lazily in its own scope.
-                walk(node.name)  # type: ignore[attr-defined]
-                return
-            for child in ast.iter_child_nodes(node):
-                walk(child)
-
-    for node in nodes:
-        walk(node)
-    return stores, globs, nonlocs
-
-
-def _function_header(node: _FunctionNode) -> list[ast.AST]:
-    """Expressions a ``def`` evaluates in the enclosing scope, in evaluation order."""
-    args = node.args
-    parts: list[ast.AST] = [*node.decorator_list, *args.defaults]
-    parts.extend(d for d in args.kw_defaults if d is not None)
-    parts.extend(_annotations(node))
-    return parts
-
-
-def _annotations(node: _FunctionNode | ast.Lambda) -> list[ast.expr]:
-    # Treated as evaluated even under ``from __future__ import annotations``: a
-    # spurious input is harmless, a missing one is not.
-    args = node.args
-    every = [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg]
-    found = [a.annotation for a in every if a is not None and a.annotation is not None]
-    returns = getattr(node, "returns", None)
-    if returns is not None:
-        found.append(returns)
-    return found
-
-
-def _import_binding(alias: ast.alias) -> str:
-    # ``import a.b.c`` binds ``a``; ``import a.b as c`` binds ``c``.
-    return alias.asname or alias.name.partition(".")[0]
-
-
-def _line_magic(node: ast.Call) -> tuple[str, str] | None:
-    """``get_ipython().run_line_magic('NAME', 'LINE')``, as IPython writes ``%NAME LINE``."""
-    func = node.func
-    if not (
-        isinstance(func, ast.Attribute)
-        and func.attr == "run_line_magic"
-        and isinstance(func.value, ast.Call)
-        and isinstance(func.value.func, ast.Name)
-        and func.value.func.id == "get_ipython"
-        and not func.value.args
-        and len(node.args) == 2
-        and not node.keywords
-    ):
-        return None
-    name, line = (arg.value if isinstance(arg, ast.Constant) else None for arg in node.args)
-    if isinstance(name, str) and isinstance(line, str):
-        return name, line
-    return None
-
-
-def _timeit_statement(line: str) -> tuple[str, str | None] | None:
-    """The statement ``%timeit`` times, and the name ``-v NAME`` saves its result in.
-
-    Options are read as IPython's getopt reads them; None when a token is not one of
-    them (IPython then refuses the line itself).
-
-    >>> _timeit_statement("-n1 -r 3 f(x)"), _timeit_statement("-o -v res g()")
-    (('f(x)', None), ('g()', 'res'))
-    """
-    rest = line.lstrip()
-    saved: str | None = None
-    while rest.startswith("-"):
-        token, _, after = rest.partition(" ")
-        flags = token[1:]
-        while flags:
-            flag, flags = flags[0], flags[1:]
-            spec = _TIMEIT_OPTIONS.find(flag)
-            if flag == ":" or spec < 0:
-                return None
-            if _TIMEIT_OPTIONS[spec + 1 : spec + 2] == ":":
-                if not flags:
-                    flags, _, after = after.lstrip().partition(" ")
-                if flag == "v":
-                    saved = flags
-                flags = ""
-        rest = after.lstrip()
-    return rest, saved
-
-
-def _magic_code(code: str) -> list[ast.stmt] | None:
-    # IPython transforms the argument again before running it; code that still
-    # needs that (``%time !ls``) does not parse and stays opaque, as before.
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(code, "<magic>", "exec").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
-def _irrefutable(case: ast.match_case) -> bool:
-    pattern = case.pattern
-    return case.guard is None and isinstance(pattern, ast.MatchAs) and pattern.pattern is None
-
-
 class _Analyzer(ast.NodeVisitor):
     """Walks a cell in execution order, tracking what each scope has bound so far.
 
@@ -396,11 +153,11 @@ class _Analyzer(ast.NodeVisitor):
     """
 
     def __init__(self) -> None:
-        self._stack: list[_Frame] = [_Frame("module", flow=_Flow())]
+        self._stack: list[Frame] = [Frame("module", flow=Flow())]
         self._function_depth = 0
         self._class_depth = 0
         self._conditional = 0
-        self._recorders: list[set[_Event]] = []
+        self._recorders: list[set[Event]] = []
         self._pending: set[str] = set()
         self.inputs: set[str] = set()
         self.builtins: set[str] = set()
@@ -427,17 +184,17 @@ class _Analyzer(ast.NodeVisitor):
         )
 
     @property
-    def _module_flow(self) -> _Flow:
+    def _module_flow(self) -> Flow:
         flow = self._stack[0].flow
         assert flow is not None
         return flow
 
     # ------------------------------------------------------------ flow helpers
 
-    def _snapshot(self) -> _Snapshot:
+    def _snapshot(self) -> Snapshot:
         return [f.flow.copy() if f.flow is not None else None for f in self._stack]
 
-    def _restore(self, snap: _Snapshot) -> None:
+    def _restore(self, snap: Snapshot) -> None:
         for frame, flow in zip(self._stack, snap, strict=False):
             frame.flow = flow.copy() if flow is not None else None
 
@@ -445,8 +202,8 @@ class _Analyzer(ast.NodeVisitor):
         for recorder in self._recorders:
             recorder.add((idx, name))
 
-    def _recorded(self, nodes: Iterable[ast.AST]) -> set[_Event]:
-        events: set[_Event] = set()
+    def _recorded(self, nodes: Iterable[ast.AST]) -> set[Event]:
+        events: set[Event] = set()
         self._recorders.append(events)
         try:
             for node in nodes:
@@ -508,7 +265,7 @@ class _Analyzer(ast.NodeVisitor):
                 return
         self._global_load(name)
 
-    def _store(self, name: str, mode: _StoreMode = "bind", idx: int | None = None) -> None:
+    def _store(self, name: str, mode: StoreMode = "bind", idx: int | None = None) -> None:
         idx = len(self._stack) - 1 if idx is None else idx
         frame = self._stack[idx]
         if frame.kind == "module":
@@ -522,7 +279,7 @@ class _Analyzer(ast.NodeVisitor):
                 frame.flow.deleted.discard(name)
             self._record(idx, name)
 
-    def _global_store(self, name: str, mode: _StoreMode) -> None:
+    def _global_store(self, name: str, mode: StoreMode) -> None:
         if self._function_depth:
             if mode != "handler":
                 self.ever_bound.add(name)
@@ -530,7 +287,7 @@ class _Analyzer(ast.NodeVisitor):
         else:
             self._module_store(name, mode)
 
-    def _module_store(self, name: str, mode: _StoreMode) -> None:
+    def _module_store(self, name: str, mode: StoreMode) -> None:
         flow = self._module_flow
         if mode != "handler":
             self.ever_bound.add(name)
@@ -585,7 +342,7 @@ class _Analyzer(ast.NodeVisitor):
 
     # ----------------------------------------------------------------- scopes
 
-    def _push(self, frame: _Frame) -> None:
+    def _push(self, frame: Frame) -> None:
         self._stack.append(frame)
         if frame.kind == "function":
             self._function_depth += 1
@@ -600,36 +357,36 @@ class _Analyzer(ast.NodeVisitor):
             self._class_depth -= 1
 
     def _push_type_params(self, node: ast.AST) -> bool:
-        names = _type_param_names(node)
+        names = type_param_names(node)
         if not names:
             return False
-        self._push(_Frame("comprehension", local=frozenset(names)))
+        self._push(Frame("comprehension", local=frozenset(names)))
         for tp in getattr(node, "type_params", ()):
             self.generic_visit(tp)
         return True
 
-    def _function_frame(self, params: set[str], body: Sequence[ast.AST]) -> _Frame:
-        stores, globs, nonlocs = _scope_names(body)
+    def _function_frame(self, params: set[str], body: Sequence[ast.AST]) -> Frame:
+        stores, globs, nonlocs = scope_names(body)
         local = (stores | params) - globs - nonlocs
-        return _Frame(
+        return Frame(
             "function",
             local=frozenset(local),
             globals=frozenset(globs),
             nonlocals=frozenset(nonlocs),
         )
 
-    def _visit_function(self, node: _FunctionNode) -> None:
+    def _visit_function(self, node: FunctionNode) -> None:
         args = node.args
         self._visit_all(node.decorator_list)
         self._visit_all(args.defaults)
         self._visit_all(d for d in args.kw_defaults if d is not None)
         scoped = self._push_type_params(node)
-        self._visit_all(_annotations(node))
+        self._visit_all(annotation_nodes(node))
         if scoped:
             self._pop()
         self._store(node.name)
         scoped = self._push_type_params(node)
-        self._push(self._function_frame(_param_names(args), node.body))
+        self._push(self._function_frame(param_names(args), node.body))
         self._visit_all(node.body)
         self._pop()
         if scoped:
@@ -646,7 +403,7 @@ class _Analyzer(ast.NodeVisitor):
         args = node.args
         self._visit_all(args.defaults)
         self._visit_all(d for d in args.kw_defaults if d is not None)
-        self._push(self._function_frame(_param_names(args), [node.body]))
+        self._push(self._function_frame(param_names(args), [node.body]))
         self.visit(node.body)
         self._pop()
         self._flush()
@@ -656,10 +413,10 @@ class _Analyzer(ast.NodeVisitor):
         scoped = self._push_type_params(node)
         self._visit_all(node.bases)
         self._visit_all(node.keywords)
-        _, globs, nonlocs = _scope_names(node.body)
-        flow = _Flow(bound=set(_CLASS_IMPLICIT))
+        _, globs, nonlocs = scope_names(node.body)
+        flow = Flow(bound=set(CLASS_IMPLICIT))
         self._push(
-            _Frame("class", flow=flow, globals=frozenset(globs), nonlocals=frozenset(nonlocs))
+            Frame("class", flow=flow, globals=frozenset(globs), nonlocals=frozenset(nonlocs))
         )
         self._visit_all(node.body)
         self._pop()
@@ -675,7 +432,7 @@ class _Analyzer(ast.NodeVisitor):
         if scoped:
             self._pop()
 
-    def _visit_comprehension(self, node: _ComprehensionNode, parts: Sequence[ast.AST]) -> None:
+    def _visit_comprehension(self, node: ComprehensionNode, parts: Sequence[ast.AST]) -> None:
         generators = node.generators
         # The first iterable is evaluated in the enclosing scope, before the
         # comprehension's own scope exists.
@@ -687,7 +444,7 @@ class _Analyzer(ast.NodeVisitor):
                 for n in ast.walk(gen.target)
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
             )
-        self._push(_Frame("comprehension", local=frozenset(targets)))
+        self._push(Frame("comprehension", local=frozenset(targets)))
         for i, gen in enumerate(generators):
             if i:
                 self.visit(gen.iter)
@@ -720,25 +477,25 @@ class _Analyzer(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         self.generic_visit(node)
-        magic = _line_magic(node)
+        magic = line_magic(node)
         if magic is None:
             self._opaque_call(node)
             return
         name, line = magic
-        if name in _NAMESPACE_FREE_MAGICS:
+        if name in NAMESPACE_FREE_MAGICS:
             pass
-        elif name in _DELETING_MAGICS:
+        elif name in DELETING_MAGICS:
             self.rebinds = True
         elif name not in ("time", "timeit"):  # (%run, %store -r, %who: any name at all)
             self.rebinds = self.reads_all = True
         if name == "time":
             # The statement runs here, in this scope's namespace.
-            body = _magic_code(line.removeprefix("--no-raise-error ").strip())
+            body = magic_code(line.removeprefix("--no-raise-error ").strip())
             if body is not None:
                 self._visit_all(body)
         elif name == "timeit":
-            parsed = _timeit_statement(line)
-            body = None if parsed is None else _magic_code(parsed[0])
+            parsed = timeit_statement(line)
+            body = None if parsed is None else magic_code(parsed[0])
             if parsed is None or body is None:
                 return
             # IPython runs it inside a function of its own, at once: what it binds
@@ -760,16 +517,16 @@ class _Analyzer(ast.NodeVisitor):
         func = node.func
         if not isinstance(func, ast.Name):
             return
-        if func.id in _CODE_CALLS:
+        if func.id in CODE_CALLS:
             code = node.args[0] if len(node.args) == 1 and not node.keywords else None
             if isinstance(code, ast.Constant) and isinstance(code.value, str):
-                body = _magic_code(code.value)
+                body = magic_code(code.value)
                 if body is not None:
                     self._visit_all(body)
                     return
             self.rebinds = self.reads_all = True
         elif (
-            func.id in _NAMESPACE_CALLS
+            func.id in NAMESPACE_CALLS
             and not node.args
             and not node.keywords
             and (func.id == "globals" or self._function_depth == 0)  # (a function's: local)
@@ -782,7 +539,7 @@ class _Analyzer(ast.NodeVisitor):
         while self._stack[idx].kind == "comprehension" and idx > 0:
             idx -= 1
         # A walrus behind ``and``/``or``/``if-else`` may not run at all.
-        mode: _StoreMode = "maybe" if self._conditional else "bind"
+        mode: StoreMode = "maybe" if self._conditional else "bind"
         self._store(node.target.id, mode, idx)
 
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
@@ -821,7 +578,7 @@ class _Analyzer(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self.imports.add(alias.name.partition(".")[0])
-            self._store(_import_binding(alias))
+            self._store(import_binding(alias))
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if not node.level and node.module:
@@ -830,7 +587,7 @@ class _Analyzer(ast.NodeVisitor):
             # ``from m import *`` binds names we cannot know statically; later
             # reads of them are reported as inputs, which is merely conservative.
             if alias.name != "*":
-                self._store(_import_binding(alias))
+                self._store(import_binding(alias))
             else:
                 self.star_import = True
 
@@ -848,13 +605,13 @@ class _Analyzer(ast.NodeVisitor):
         taken = self._snapshot()
         self._restore(start)
         self._visit_all(node.orelse)
-        self._restore(_merge([taken, self._snapshot()]))
+        self._restore(merge([taken, self._snapshot()]))
 
     def _visit_loop(self, head: Sequence[ast.AST], body: Sequence[ast.AST]) -> None:
         start = self._snapshot()
         events = self._recorded([*head, *body])
         # Zero or more iterations, possibly left by ``break``.
-        after = _havoc(start, events)
+        after = havoc(start, events)
         self._restore(after)
 
     def _visit_loop_else(self, orelse: Sequence[ast.AST]) -> None:
@@ -862,7 +619,7 @@ class _Analyzer(ast.NodeVisitor):
             return
         after = self._snapshot()
         self._visit_all(orelse)
-        self._restore(_merge([after, self._snapshot()]))
+        self._restore(merge([after, self._snapshot()]))
 
     def visit_For(self, node: ast.For) -> None:
         self.visit(node.iter)
@@ -901,7 +658,7 @@ class _Analyzer(ast.NodeVisitor):
         self._visit_all(node.orelse)
         ends = [self._snapshot()]
         # A handler can start after any prefix of the body has run.
-        entry = _havoc(start, events)
+        entry = havoc(start, events)
         for handler in node.handlers:
             self._restore(entry)
             if handler.type is not None:
@@ -912,7 +669,7 @@ class _Analyzer(ast.NodeVisitor):
             if handler.name is not None:
                 self._unbind_handler_name(handler.name)
             ends.append(self._snapshot())
-        self._restore(_merge(ends))
+        self._restore(merge(ends))
         self._visit_all(node.finalbody)
 
     def visit_Try(self, node: ast.Try) -> None:
@@ -924,7 +681,7 @@ class _Analyzer(ast.NodeVisitor):
     def visit_Match(self, node: ast.Match) -> None:
         self.visit(node.subject)
         unmatched = self._snapshot()
-        ends: list[_Snapshot] = []
+        ends: list[Snapshot] = []
         exhaustive = False
         for case in node.cases:
             self._restore(unmatched)
@@ -934,14 +691,14 @@ class _Analyzer(ast.NodeVisitor):
             events = self._recorded(head)
             matched = self._snapshot()
             # A failed pattern may still have bound some of its captures.
-            unmatched = _havoc(unmatched, events)
+            unmatched = havoc(unmatched, events)
             self._restore(matched)
             self._visit_all(case.body)
             ends.append(self._snapshot())
-            exhaustive = exhaustive or _irrefutable(case)
+            exhaustive = exhaustive or irrefutable(case)
         if not exhaustive:
             ends.append(unmatched)
-        self._restore(_merge(ends))
+        self._restore(merge(ends))
 
     # --------------------------------------------------------------- patterns
 
