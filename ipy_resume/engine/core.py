@@ -291,7 +291,7 @@ class Engine:
     def _note_committed(self, cell_id: str, m: Manifest) -> None:
         """Remember where *m*, a complete checkpoint this engine committed (durable now), is."""
         if m.path is None or not self.store.backend.local_files:
-            return  # (a bucket lists every time: see Store._key_files)
+            return  # (a bucket lists every time: see Reader._key_files)
         if len(self._committed) >= _COMMITTED_MAX:
             self._committed.clear()
         self._committed[(cell_id, m.key)] = m.path

@@ -15,7 +15,7 @@ as a whole and at most one of those, so a file with a few flipped bytes still gi
 the seed (its state is then ``"mended"``), also when every manifest was damaged too.
 Reading takes the first sound copy in that order (the manifests vote: the value most
 of them carry); whichever copy was missing or damaged is written again.  A file that
-cannot be read at all is moved to ``quarantine/`` first (see ``Store._resolve_info``).
+cannot be read at all is moved to ``quarantine/`` first (see ``InfoKeeper._resolve``).
 
 Older files still read: a single document without ``copies`` (rewritten with them on
 first use), and one made before ``check`` existed (``"legacy"``).  A file with copies

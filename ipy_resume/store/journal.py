@@ -386,7 +386,7 @@ class Journal:
 
         For the background writer's thread, which journals a save once it is durable: it
         must not wait for this object's lock, which a reader may hold while it waits for
-        that very save (``background.barrier``).
+        that very save (``StoreWriter.barrier``).
 
         >>> journal.append_detached(event)  # doctest: +SKIP
         True

@@ -268,7 +268,7 @@ class Reader:
                     return m
             return None
         if bad:
-            # What the next save of this key heals (see _heal): the blobs it would reuse
+            # What the next save of this key heals (see Committer.heal): the blobs it would reuse
             # are checked first, and these manifests are moved to quarantine/.
             self.ctx.suspect.setdefault((cell_id, key), set()).update(bad)
         if problem is not None:
