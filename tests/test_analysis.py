@@ -7,7 +7,7 @@ from textwrap import dedent
 
 import pytest
 
-from ipy_resume.runtime import analysis
+from ipy_resume.runtime import analysis, scopes
 from ipy_resume.runtime.analysis import AnalysisError, CellAnalysis, analyze, normalize_source
 
 
@@ -39,6 +39,9 @@ def test_result_is_frozen_dataclass_of_frozensets() -> None:
 def test_docstring_examples_hold() -> None:
     failures, tried = doctest.testmod(analysis)
     assert tried >= 5
+    assert failures == 0
+    failures, tried = doctest.testmod(scopes)
+    assert tried >= 7
     assert failures == 0
 
 

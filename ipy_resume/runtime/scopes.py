@@ -62,6 +62,9 @@ class Flow:
 
 @dataclass
 class Frame:
+    """One scope being walked: its kind, what holds on the current path, and its names
+    declared local, ``global`` and ``nonlocal``."""
+
     kind: FrameKind
     flow: Flow | None = None
     local: frozenset[str] = frozenset()
@@ -111,6 +114,11 @@ def havoc(snap: Snapshot, events: Iterable[Event]) -> Snapshot:
 
 
 def param_names(args: ast.arguments) -> set[str]:
+    """Every parameter a function binds.
+
+    >>> sorted(param_names(ast.parse("def f(a, /, b, *c, d, **e): pass").body[0].args))
+    ['a', 'b', 'c', 'd', 'e']
+    """
     params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
     if args.vararg is not None:
         params.append(args.vararg)
@@ -120,6 +128,11 @@ def param_names(args: ast.arguments) -> set[str]:
 
 
 def type_param_names(node: ast.AST) -> set[str]:
+    """The type parameters a ``def`` or ``class`` binds (``def f[T](x: T)``).
+
+    >>> type_param_names(ast.parse("def f(x): pass").body[0])
+    set()
+    """
     # PEP 695 (Python 3.12+); absent on older interpreters.
     return {getattr(tp, "name", "") for tp in getattr(node, "type_params", ())} - {""}
 
@@ -203,6 +216,11 @@ def function_header(node: FunctionNode) -> list[ast.AST]:
 
 
 def annotation_nodes(node: FunctionNode | ast.Lambda) -> list[ast.expr]:
+    """The annotations of a function's parameters and its return, as expressions.
+
+    >>> [ast.unparse(a) for a in annotation_nodes(ast.parse("def f(x: int) -> T: pass").body[0])]
+    ['int', 'T']
+    """
     # Treated as evaluated even under ``from __future__ import annotations``: a
     # spurious input is harmless, a missing one is not.
     args = node.args
@@ -215,6 +233,11 @@ def annotation_nodes(node: FunctionNode | ast.Lambda) -> list[ast.expr]:
 
 
 def import_binding(alias: ast.alias) -> str:
+    """The name an ``import`` binds for *alias*.
+
+    >>> import_binding(ast.parse("import a.b.c").body[0].names[0])
+    'a'
+    """
     # ``import a.b.c`` binds ``a``; ``import a.b as c`` binds ``c``.
     return alias.asname or alias.name.partition(".")[0]
 
@@ -269,6 +292,11 @@ def timeit_statement(line: str) -> tuple[str, str | None] | None:
 
 
 def magic_code(code: str) -> list[ast.stmt] | None:
+    """The statements of a code-running magic's argument, or None when they do not parse.
+
+    >>> len(magic_code("x = f()")), magic_code("!ls") is None
+    (1, True)
+    """
     # IPython transforms the argument again before running it; code that still
     # needs that (``%time !ls``) does not parse and stays opaque, as before.
     try:
@@ -280,5 +308,10 @@ def magic_code(code: str) -> list[ast.stmt] | None:
 
 
 def irrefutable(case: ast.match_case) -> bool:
+    """True for a ``case`` that matches anything (``case _:`` or ``case name:``, unguarded).
+
+    >>> irrefutable(ast.parse("match x:\\n    case _: pass").body[0].cases[0])
+    True
+    """
     pattern = case.pattern
     return case.guard is None and isinstance(pattern, ast.MatchAs) and pattern.pattern is None

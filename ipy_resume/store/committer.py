@@ -157,6 +157,8 @@ class Committer:
         self.reader.retire(retire)
 
     def save_error(self, cell_id: str, exc: OSError, where: PurePath | None) -> SaveError:
+        """The one-line error of a save of *cell_id* that failed with *exc* writing *where*:
+        what was not saved, that the values are still in memory, and what to do."""
         cell = " ".join(cell_id.split())
         if isinstance(exc, StoreError):  # the backend's own one-line error (a bucket's)
             return SaveError(
@@ -190,6 +192,7 @@ class Committer:
         )
 
     def locked_error(self, cell_id: str, exc: StoreLocked) -> StoreLocked:
+        """The one-line error of a save of *cell_id* that waited too long for a ``gc``."""
         cell = " ".join(cell_id.split())
         return StoreLocked(
             f"could not save checkpoint '{cell}': {exc} Nothing was committed and the "

@@ -49,14 +49,17 @@ class InfoKeeper:
         self._resolve(heal=True)
 
     def doc(self) -> dict[str, Any]:
+        """The store's info document, read (and healed) once per store object."""
         if self._doc is None:
             self._doc = self._resolve(heal=True)
         return self._doc
 
     def copies(self) -> tuple[info.Copy, info.Copy]:
+        """``store.json`` and its backup as they are now."""
         return self.copy(info.FILE), self.copy(info.BACKUP)
 
     def copy(self, name: str) -> info.Copy:
+        """The copy of the document in *name*, read now."""
         try:
             data = self.ctx.backend.get(name)
         except FileNotFoundError:

@@ -222,6 +222,7 @@ class Reader:
         return files
 
     def misfiled_error(self, m: Manifest, cell_id: str, key: str | None) -> StoreError | None:
+        """Why *m* is not used for (cell_id, key) when it is filed under another, else None."""
         if m.cell_id == cell_id and (key is None or m.key == key):
             return None
         rel = self.ctx.rel(m.path)
@@ -276,6 +277,7 @@ class Reader:
         return None
 
     def verified(self, paths: Iterable[PurePath]) -> Iterator[Manifest]:
+        """The manifests at *paths* that verify, in order (the others are skipped)."""
         for path in paths:
             try:
                 yield self.read_manifest(path, quick=True)

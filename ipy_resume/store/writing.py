@@ -45,6 +45,12 @@ _versions_cache: dict[str, str] = {}
 
 
 def versions() -> dict[str, str]:
+    """The versions a manifest records: Python, numpy, cloudpickle, ipy_resume (and h5py
+    and HDF5 once imported).
+
+    >>> sorted(versions())[:2]
+    ['cloudpickle', 'ipy_resume']
+    """
     if not _versions_cache:
         import cloudpickle
 
@@ -438,7 +444,11 @@ def build(
     complete: bool,
     linker: Linker | None,
 ) -> tuple[Manifest, dict[str, str]]:
-    """Turn *values* and *extras* into blobs (through *writer*) and the manifest."""
+    """Turn *values* and *extras* into blobs (through *writer*) and the manifest, and
+    name the values that could not be stored.
+
+    >>> m, failed = build(Writer(store.blobs), new_id, "c", key, {"x": 1}, {}, {}, True, None)  # doctest: +SKIP
+    """
     failed: dict[str, str] = {}
     for slot, reason in _write_values(writer, values, linker, ident).items():
         failed[slot[2:]] = reason
