@@ -107,6 +107,7 @@ class Store:
         self.committer = self.parts.committer
         self.loader: Loader = self.parts.loader
         self._journal: Journal | None = None
+        self._writer: tuple[Path | str, background.StoreWriter] | None = None
         self._said_journal = 0  # how many of the journal's quarantined files were said
 
     def __repr__(self) -> str:
@@ -172,7 +173,11 @@ class Store:
         >>> Store("/tmp/doc-store").writer.pending()
         []
         """
-        return background.writer_for(self.location)
+        # (asked several times by every cell: looked up once per place the store is)
+        where = self.location
+        if self._writer is None or self._writer[0] != where:
+            self._writer = (where, background.writer_for(where))
+        return self._writer[1]
 
     @property
     def stages_saves(self) -> bool:
