@@ -428,3 +428,27 @@ def test_editing_a_local_helper_module_executes_again(
     finally:
         sys.path.remove(str(isolated))
         sys.modules.pop("helpers_for_test", None)
+
+
+def test_a_restore_stopped_by_a_damaged_blob_says_the_kernel_is_unchanged(
+    shell: InteractiveShell, isolated: Path
+) -> None:
+    from IPython.core.error import UsageError
+
+    shell.run_cell("%%checkpoint big\nimport numpy as np\nbig = np.arange(200_000.0)")
+    shell.run_cell("big = 'changed since'")
+    store = isolated / "store"  # ($IPY_RESUME_DIR of the isolated fixture)
+    blob = max(
+        (p for p in (store / "objects").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
+    )
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    for magic, line in [("resume", ""), ("checkpoint", "restore big")]:
+        with pytest.raises(UsageError) as raised:
+            shell.run_line_magic(magic, line)
+        said = str(raised.value)
+        # a restore runs no cell: the line must not promise one, and must say what happened
+        assert "execute again" not in said and "recomputed" not in said, said
+        assert "Nothing was restored: the kernel is as it was;" in said, said
+        assert shell.user_ns["big"] == "changed since"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -198,3 +199,34 @@ def details_text(details: dict[str, Any]) -> str:
     if versions:
         lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     return "\n".join(lines)
+
+
+# What a store error says a cell run does next; a restore runs no cell, so it says
+# what happened to the kernel instead.
+_RUN_ADVICE = (
+    (
+        re.compile(r"; it was moved to quarantine/ and will be recomputed\."),
+        "; it was moved to quarantine/.",
+    ),
+    (re.compile(r"; it will be recomputed\."), "."),
+    (re.compile(r"; it is ignored and the cell will execute again\."), "; it is ignored."),
+    (re.compile(r"; the cell will execute again\."), "."),
+)
+
+
+def restore_failure(error: BaseException) -> str:
+    """The line for a restore (``%resume``, ``%checkpoint restore``) that *error* stopped:
+    what the store found, and that the kernel was left as it was.
+
+    >>> restore_failure(OSError("'a' in objects/ab/cd is missing; it will be recomputed."))
+    "'a' in objects/ab/cd is missing. Nothing was restored: the kernel is as it was; running that cell again computes and saves it anew."
+    """
+    text = str(error).strip()
+    for pattern, said in _RUN_ADVICE:
+        text = pattern.sub(said, text)
+    if not text.endswith("."):
+        text += "."
+    return (
+        f"{text} Nothing was restored: the kernel is as it was; running that cell again "
+        "computes and saves it anew."
+    )

@@ -680,7 +680,11 @@ class CheckpointMagics(Magics):
         engine = self.engine()
         engine.store.writer.barrier()  # the state to restore includes the saves still on their way
         how = "%resume" if resumed else "restore"
-        report = engine.restore(self.shell.user_ns, target, how=how)
+        try:
+            report = engine.restore(self.shell.user_ns, target, how=how)
+        except StoreError as exc:
+            said = "%resume" if resumed else "%checkpoint restore"
+            raise UsageError(f"{said}: {reports.restore_failure(exc)}") from None
         print(f"ipy_resume: {report['message']}")
         return report
 
