@@ -30,7 +30,6 @@ from ..runtime.capture import OutputRecord
 from ..runtime.units import format_size
 from ..store import SaveError, Store, StoreError, background, location
 from ..store.journal import STAMP, Event
-from ..store.location import default_store_dir
 from ..store.manifest import Manifest
 from . import restoring, rng
 from .cells import CheckpointOptions, Content, Host, Outcome, Plan, Ran, RunResult, show_status
@@ -99,7 +98,7 @@ class Engines:
 
         *root* may be an object-store URL (``s3://bucket/prefix``).
         """
-        where = location.resolve(root or default_store_dir())
+        where = location.store_location(root)
         name = location.key(where)
         if name not in self._by_key:
             store = location.open_store(where)

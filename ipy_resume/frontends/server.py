@@ -51,9 +51,8 @@ def store_for(
     if candidate != root and root not in candidate.parents:
         raise StorePathError(f"'{notebook_path}' is outside the server's root folder")
     folder = candidate if candidate.is_dir() else candidate.parent
-    store = location.default_store_dir(folder, env)
-    # a bucket is the same for every notebook; written as the kernel would resolve it
-    return location.resolve(store) if location.is_url(store) else store
+    # (the rule every front end follows; a bucket is the same for every notebook)
+    return location.store_location(folder=folder, env=env)
 
 
 def _int_argument(handler: web.RequestHandler, name: str) -> int | None:
