@@ -28,12 +28,23 @@ from ..runtime import file_deps, settings
 from ..runtime.analysis import AnalysisError, analyze
 from ..runtime.capture import OutputRecord
 from ..runtime.units import format_size
-from ..store import SaveError, Store, StoreError, background, location
+from ..store import Store, StoreError, background, location, prehash
 from ..store.journal import STAMP, Event
 from ..store.manifest import Manifest
 from . import restoring, rng
-from .cells import CheckpointOptions, Content, Host, Outcome, Plan, Ran, RunResult, show_status
+from .cells import (
+    CheckpointOptions,
+    Content,
+    Host,
+    Outcome,
+    Phases,
+    Plan,
+    Ran,
+    RunResult,
+    show_status,
+)
 from .content import content_of, reached_state
+from .messages import save_failure, seconds, stored_as
 from .sharing import shared_objects
 
 if TYPE_CHECKING:
@@ -123,6 +134,9 @@ class Engine:
         self.store = store
         self.session = session or uuid.uuid4().hex[:12]
         self.last_outcome: Outcome | None = None
+        # seconds per step of the last run (Phases.spans): what the benchmarks' profile reads
+        self.last_phases: dict[str, float] = {}
+        self._phases = Phases()
         # the store's timeline (by default its own, rebuilt from the manifests if it was lost)
         self.journal = journal if journal is not None else store.journal()
         self.last_event: str | None = None  # parent of the next event
@@ -253,14 +267,14 @@ class Engine:
             if not journaled:
                 self._events_waiting.add(event.event_id)
             if job.error is not None:
-                write(PREFIX + _save_failure(opts, job.error, listed))
+                write(PREFIX + save_failure(opts, job.error, listed))
                 told.append(True)
             elif opts.quiet or not prints or outcome.status != "executed":
                 pass
             elif not confirmed:  # the second line, after "saving checkpoint"
                 write(
                     f"{PREFIX}saved checkpoint {short} of {opts.shown} "
-                    f"({format_size(job.bytes_written)} written in {_seconds(job.seconds)})"
+                    f"({format_size(job.bytes_written)} written in {seconds(job.seconds)})"
                 )
 
         def done(job: background.Job) -> None:  # on the main thread, when next drained
@@ -409,13 +423,33 @@ class Engine:
         Returns the cell's result value (None when it has none).
         """
         __tracebackhide__ = True
+        outer, self._phases = self._phases, Phases()  # (a cell may run inside a cell)
+        phases = self._phases
+        try:
+            return self._run(namespace, source, opts, host)
+        finally:
+            phases.mark("report")
+            self.last_phases = phases.spans
+            self._phases = outer
+
+    def _run(
+        self,
+        namespace: MutableMapping[str, Any],
+        source: str,
+        opts: CheckpointOptions,
+        host: Host,
+    ) -> Any:
+        __tracebackhide__ = True
+        phases = self._phases
         self.store.writer.drain()  # timeline events of saves finished meanwhile
+        phases.mark("drain")
         try:
             with _collection_paused():
                 plan = self.plan(namespace, source, opts)
         except (StoreError, OSError) as exc:
             problem = f"the store {self.store.location} cannot be used ({exc})"
             plan = Plan(None, None, {}, {}, opts.seed, problem=problem)
+        phases.mark("plan")
         if plan.key is None:
             if plan.problem:
                 host.message(f"{PREFIX}{opts.shown} will always execute: {plan.problem}")
@@ -436,7 +470,9 @@ class Engine:
         if not opts.force:
             restored = self._try_restore(namespace, plan, opts, host)
             if restored is not None:
+                phases.mark("restore")
                 return restored[0]
+            phases.mark("lookup")
             reason = ""
             if plan.stale:
                 reason = f"{opts.shown} executes: {plan.stale}"
@@ -549,8 +585,8 @@ class Engine:
                 host,
                 f"{PREFIX}restored {opts.shown} from checkpoint "
                 f"{self.store.short_id(manifest.id)} "
-                f"in {_seconds(elapsed)} (the run took {_seconds(duration)}, "
-                f"saved {_seconds(max(duration - elapsed, 0.0))})"
+                f"in {seconds(elapsed)} (the run took {seconds(duration)}, "
+                f"saved {seconds(max(duration - elapsed, 0.0))})"
                 + (
                     "; it was not executed (auto checkpoints)"
                     if opts.min_seconds is not None
@@ -592,10 +628,34 @@ class Engine:
             # too quick to be worth a checkpoint: nothing stored, nothing on the timeline
             self.last_outcome = Outcome("fast", key=plan.key, duration=duration)
             return _value(result)
+        phases = self._phases
+        phases.mark("capture")  # (what _execute read after the cell: RNG, files, imports)
+        # The blobs of large outputs are hashed on a helper thread while their fingerprints
+        # are taken here: two passes over the same bytes, one core each.
+        prehash.start(namespace[n] for n in plan.analysis.outputs if n in namespace)
+        try:
+            return self._keep(namespace, plan, opts, host, ran, reason)
+        finally:
+            prehash.clear()
+
+    def _keep(
+        self,
+        namespace: MutableMapping[str, Any],
+        plan: Plan,
+        opts: CheckpointOptions,
+        host: Host,
+        ran: Ran,
+        reason: str,
+    ) -> Any:
+        """Store what a run produced and say so; returns the cell's value."""
+        __tracebackhide__ = True
+        result, duration = ran.result, ran.duration
+        phases = self._phases
         with _collection_paused():
             content = content_of(
                 namespace, plan, opts, ran, session=self.session, last_event=self.last_event
             )
+        phases.mark("outputs")
         values = content.values
         save_started = time.perf_counter()
         shared = shared_objects(self.store.location)
@@ -605,13 +665,14 @@ class Engine:
             ((namespace[n], d) for n, d in content.current.items() if n in namespace),
             content.fingerprinter,
         )
+        phases.mark("sharing")
         try:
             with _collection_paused():
                 saved, job, to_write = self._save(plan, opts, content, shared)
         except Exception as exc:  # SaveError is a StoreError; anything else is a bug of ours
             shared.forget_checks()  # (what it read of the objects is not kept alive)
             listed = ", ".join(sorted(values)) or "no names"
-            host.message(PREFIX + _save_failure(opts, exc, listed))
+            host.message(PREFIX + save_failure(opts, exc, listed))
             outcome = Outcome(
                 "failed",
                 None,
@@ -631,7 +692,7 @@ class Engine:
         failed = {**saved.failed, **content.missing_files}
         if failed:
             what = "; ".join(
-                f"{_stored_as(name)} ({reason})" for name, reason in sorted(failed.items())
+                f"{stored_as(name)} ({reason})" for name, reason in sorted(failed.items())
             )
             host.message(
                 f"{PREFIX}checkpoint {opts.shown} is incomplete: could not store {what}. "
@@ -716,7 +777,9 @@ class Engine:
         try:
             with reads as recorder:
                 _active = ActiveCell(self, opts.cell_id, plan.key, namespace, host, reads=recorder)
+                self._phases.mark("prepare")
                 result = host.run()  # the cell's own exception propagates: nothing is stored
+                self._phases.mark("cell")
         finally:
             _active = outer
             rng.stop_seeding_on_import()
@@ -754,10 +817,14 @@ class Engine:
         }
         use = background.enabled() if self.background is None else self.background
         if not (use and self.store.stages_saves and not self.store.healing(opts.cell_id, plan.key)):
-            return self.store.save(opts.cell_id, plan.key, content.values, **what), None, 0
+            saved = self.store.save(opts.cell_id, plan.key, content.values, **what)
+            self._phases.mark("save")
+            return saved, None, 0
         snap = self.store.snapshot(opts.cell_id, plan.key, content.values, **what)
+        self._phases.mark("snapshot")
         to_write = snap.size
         job = self.store.writer.submit(snap)
+        self._phases.mark("stage")
         if job is None:  # over the snapshot budget: written now, after earlier ones
             self.store.writer.barrier()
             return snap.commit(), None, to_write
@@ -785,7 +852,7 @@ class Engine:
         save_started: float,
     ) -> None:
         """The status line of an executed cell: saved (durable), or saving (not yet)."""
-        ran = f"{PREFIX}executed {opts.shown} in {_seconds(duration)}"
+        ran = f"{PREFIX}executed {opts.shown} in {seconds(duration)}"
         if job is None:
             written = saved.bytes_written
         elif not confirmed:
@@ -800,7 +867,7 @@ class Engine:
         show_status(
             host,
             f"{ran}; saved checkpoint {short} ({format_size(written)} written in "
-            f"{_seconds(time.perf_counter() - save_started)})",
+            f"{seconds(time.perf_counter() - save_started)})",
         )
 
     # ---- helpers --------------------------------------------------------------------------
@@ -855,21 +922,6 @@ class FreshCheckpoint(file_deps.FreshFiles):
         return not changed
 
 
-def _save_failure(opts: CheckpointOptions, exc: BaseException, listed: str) -> str:
-    """The line that says a save failed and that the values are still in the kernel."""
-    if isinstance(exc, SaveError):
-        return f"{exc} Kept in the kernel: {listed}."
-    if not isinstance(exc, (StoreError, OSError)):
-        return (
-            f"could not save checkpoint {opts.shown} ({type(exc).__name__}: {exc}). "
-            f"Your results are still in the kernel ({listed}); nothing was saved."
-        )
-    return (
-        f"could not save checkpoint {opts.shown}: {exc}. "
-        f"Your results are still in the kernel ({listed}); nothing was saved."
-    )
-
-
 def _stderr_writer() -> Callable[[str], None]:
     """A function printing a line where this cell's stderr goes, callable from any thread.
 
@@ -922,34 +974,3 @@ class _collection_paused:
 
 def _value(result: RunResult) -> Any:
     return result.value if result.has_value else None
-
-
-_EXTRAS_SAID = {
-    "result": "the cell's result (its Out value)",
-    "shown": "the cell's displayed result",
-    "outputs": "the cell's output",
-    "rng": "the random generators' state",
-    "settings": "the library settings it changed",
-    "files": "the files it wrote",
-}
-
-
-def _stored_as(slot: str) -> str:
-    """What a slot of a save is, in the user's words: ``'x'``, ``file 'a.csv'``, ...
-
-    >>> _stored_as("x"), _stored_as("extra:result"), _stored_as("file:out.csv")
-    ("'x'", "the cell's result (its Out value)", "file 'out.csv'")
-    """
-    if slot.startswith("extra:"):
-        return _EXTRAS_SAID.get(slot[6:], f"its {slot[6:]}")
-    if slot.startswith("file:"):
-        return f"file '{slot[5:]}'"
-    return f"'{slot}'"
-
-
-def _seconds(value: float) -> str:
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 120:
-        return f"{value:.1f} s"
-    return f"{value / 60:.1f} min"

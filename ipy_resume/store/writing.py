@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ipy_resume.runtime import modrefs
-from ipy_resume.store import blobs, codecs, manifest
+from ipy_resume.store import blobs, codecs, manifest, prehash
 from ipy_resume.store.blobs import SHA256, XXH3
 from ipy_resume.store.manifest import BlobRef, Manifest
 
@@ -186,7 +186,7 @@ class Writer:
 
     def add_array(self, slot: str, plan: codecs.ArrayPlan) -> None:
         """Store an array laid out by :func:`codecs.plan_array` as an HDF5 blob."""
-        address = blobs.digest(XXH3, plan.chunks())
+        address = prehash.address(plan)
         self._put(address, plan.chunks(), plan.size)
         self.refs[slot] = BlobRef(
             "hdf5",
