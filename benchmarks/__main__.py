@@ -24,6 +24,9 @@ Workloads (sizes at ``--scale 1``; the issue's):
 13. PyTorch state (a model with Adam's moments, 805 MB; 2,000 small tensors; a resumable
     training loop) against ``torch.save``/``torch.load`` and safetensors, each restore in a
     fresh process (:mod:`benchmarks.torch_bench`).
+13b. scikit-learn: a random forest, gradient boosting and a TF-IDF text pipeline, each fitted
+    by one cell; first run against the plain cell and restore against ``joblib.load``, every
+    run in a fresh process, with the first run's phases (:mod:`benchmarks.sklearn_bench`).
 
 Everything runs in this process tree: one worker process per workload and group
 (``benchmarks.worker``), one process per notebook run for workload 6
@@ -49,7 +52,7 @@ from typing import Any
 from benchmarks import notebook, performance, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
-ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13"]
+ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "13b"]
 RESULTS = Path(__file__).resolve().parent / "results"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
 SLOW_S = 20.0
@@ -239,6 +242,7 @@ def machine(workdir: Path) -> dict[str, Any]:
         "ipycache",
         "xxhash",
         "cloudpickle",
+        "scikit-learn",
     ):
         try:
             from importlib.metadata import version

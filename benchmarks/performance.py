@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from pathlib import Path
 from typing import Any
 
-from benchmarks import batch, corpus, crash, graphs, report, s3, torch_bench
+from benchmarks import batch, corpus, crash, graphs, report, s3, sklearn_bench, torch_bench
 
 MARKER = (
     "<!-- Written by `make bench` (benchmarks/performance.py) from benchmarks/results/wN.json: "
@@ -55,6 +56,12 @@ WORKLOADS: dict[str, str] = {
     "13": "PyTorch state against `torch.save`/`torch.load` and safetensors: a model of four "
     "`Linear(4096, 4096)` with one Adam step (805 MB), 2,000 small tensors, and a resumable "
     "training loop; each restore in a fresh process",
+    "13b": "scikit-learn models, each fitted by one cell on generated data: "
+    "`RandomForestClassifier(n_estimators=300, n_jobs=1)` and `GradientBoostingClassifier` "
+    "on 6,000 rows of `make_classification`, and a `TfidfVectorizer` + `LogisticRegression` "
+    "pipeline on 60,000 generated sentences; every run in a fresh process: the first run "
+    "against the plain cell (alternating), the restore against `joblib.load` of the same "
+    "model (alternating)",
 }
 
 TITLES: dict[str, str] = {
@@ -71,6 +78,7 @@ TITLES: dict[str, str] = {
     "11": "a checkpoint in a bucket",
     "12": "a restore as after a crash",
     "13": "PyTorch models and optimizers",
+    "13b": "scikit-learn ensembles and pipelines",
 }
 
 # Workloads whose module renders its own table (with its targets).
@@ -81,6 +89,7 @@ OWN_TABLES: dict[str, Any] = {
     "11": lambda s: s3.table(s["s3"]) if s.get("s3") else "",
     "12": lambda s: crash.table(s["crash"]) if s.get("crash") else "",
     "13": lambda s: torch_bench.table(s["torch"]) if s.get("torch") else "",
+    "13b": lambda s: sklearn_bench.table(s["sklearn"]) if s.get("sklearn") else "",
 }
 
 INTRO = """\
@@ -111,7 +120,8 @@ floors (`benchmarks/baselines.py`) and the peers (`benchmarks/peers.py`) in the 
 process, interleaved repetition by repetition. Kishu instruments the whole shell, so it
 gets a process of its own and runs once (`--kishu-repeat N`). Workload 6 runs every
 "Run all" in a fresh process (`benchmarks/notebook.py`); workload 12 every restore and
-every `np.load`.
+every `np.load`; workloads 13 and 13b every restore and every load of the peers, and 13b
+every first run and plain run as well.
 
 **Options.** `--scale S` (1 = the sizes each workload names), `--repeat N` (medians of N),
 `--only 1,3`, `--no-kishu`, `--kishu-notebook` (Kishu in workload 6 as well: its first
@@ -121,7 +131,7 @@ here), `--replot` (no run: summaries, this page and the chart again from the sav
 results). `IPY_RESUME_BENCH_PEERS=joblib,dill` limits the peers (peers not installed are
 skipped), `IPY_RESUME_BENCH_CORPUS=DIR` measures the notebooks of DIR in workload 8, and
 `IPY_RESUME_BENCH_CRASH_REPEAT=N` sets the floor of fresh-process restores in workload 12
-(5).
+(5), `IPY_RESUME_BENCH_SKLEARN_REPEAT=N` that of the repetitions of workload 13b (3).
 
 **What is measured.** Times are wall-clock (`time.perf_counter`) around the cell or the
 call; a "miss" is the first run (execute and save), a "hit" the run that restores. The
@@ -157,14 +167,25 @@ def result_path(folder: Path, workload: str) -> Path:
     return folder / f"w{workload}.json"
 
 
+def order(workload: str) -> tuple[int, str]:
+    """Sort key of a workload's name: by number, then suffix (13 before 13b before 14).
+
+    >>> sorted(["13b", "2", "13"], key=order)
+    ['2', '13', '13b']
+    """
+    number = re.match(r"\d+", workload)
+    assert number is not None, workload
+    return int(number.group()), workload[number.end() :]
+
+
 def load(folder: Path) -> dict[str, dict[str, Any]]:
     """The latest result of every workload that has one in *folder*, by workload."""
     found = {}
     for path in folder.glob("w*.json"):
         workload = path.stem[1:]
-        if workload.isdigit():
+        if re.fullmatch(r"\d+[a-z]?", workload):
             found[workload] = json.loads(path.read_text())
-    return dict(sorted(found.items(), key=lambda item: int(item[0])))
+    return dict(sorted(found.items(), key=lambda item: order(item[0])))
 
 
 def command(argv: list[str]) -> str:

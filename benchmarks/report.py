@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import batch, corpus, crash, graphs, s3, torch_bench
+from benchmarks import batch, corpus, crash, graphs, s3, sklearn_bench, torch_bench
 from benchmarks.harness import median
 
 PEERS = ["joblib", "ipycache", "dill", "kishu"]
@@ -278,6 +278,8 @@ def table(summary: dict[str, Any]) -> str:
         lines += ["", crash.table(summary["crash"])]
     if summary.get("torch"):
         lines += ["", torch_bench.table(summary["torch"])]
+    if summary.get("sklearn"):
+        lines += ["", sklearn_bench.table(summary["sklearn"])]
     return "\n".join(lines)
 
 
@@ -292,6 +294,7 @@ def summarize(samples: Samples, notes: Notes | None = None) -> dict[str, Any]:
         "s3": s3.summary(samples),
         "crash": crash.summary(samples),
         "torch": torch_bench.summary(samples),
+        "sklearn": sklearn_bench.summary(samples),
     }
 
 

@@ -25,7 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import baselines, batch, corpus, crash, graphs, peers, s3, torch_bench
+from benchmarks import (
+    baselines,
+    batch,
+    corpus,
+    crash,
+    graphs,
+    peers,
+    s3,
+    sklearn_bench,
+    torch_bench,
+)
 from benchmarks.harness import (
     BenchError,
     Probe,
@@ -727,4 +737,5 @@ WORKLOADS: dict[str, dict[str, Callable[[Ctx], None]]] = {
     "11": {"main": s3.workload},
     "12": {"main": crash.workload},
     "13": {"main": torch_bench.workload},
+    "13b": {"main": sklearn_bench.workload},
 }

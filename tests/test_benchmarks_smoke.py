@@ -140,3 +140,48 @@ def test_results_a_peer_gets_by_not_answering_are_not_ranked() -> None:
     assert "not comparable" in line and "0.02x" not in line and "(31.1x)" in line
     unflagged = report.table(report.summarize(samples))
     assert "not comparable" not in unflagged
+
+
+@pytest.mark.timeout(300)
+def test_sklearn_models_run_in_fresh_processes_at_tiny_scale(tmp_path: Path) -> None:
+    pytest.importorskip("sklearn")
+    env = dict(os.environ)
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")
+    env["IPY_RESUME_BENCH_SKLEARN_REPEAT"] = "1"
+    env.pop("IPY_RESUME_DIR", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--scale",
+            "0.0001",  # 200 rows, 500 sentences, 10 trees
+            "--repeat",
+            "1",
+            "--only",
+            "13b",
+            "--no-chart",
+            "--results",
+            str(tmp_path / "results"),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "## W13b scikit-learn models" in proc.stdout
+    result = json.loads((tmp_path / "results" / "w13b.json").read_text())
+    assert not result["notes"]["13b"], result["notes"]["13b"]  # each miss ran, each hit hit
+    ours = result["samples"]["13b"]["ipy_resume"]
+    for case in ("forest", "boosting", "text"):
+        assert len(ours[f"{case}_miss_s"]) == len(ours[f"{case}_restore_s"]) == 1
+        assert ours[f"{case}_phase_cell_s"][0] > 0 and f"{case}_phase_snapshot_s" in ours
+    row = result["summary"]["sklearn"]["forest"]
+    assert row["first_ratio"] > 0 and row["restore_ratio"] > 0 and "cell" in row["phases"]
+    page = (tmp_path / "results" / "performance.md").read_text()
+    assert "## W13b: scikit-learn ensembles and pipelines" in page
+    assert "Where the first run's time goes" in page
