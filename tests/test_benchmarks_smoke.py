@@ -18,23 +18,26 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.timeout(300)
-def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
+def run_benchmarks(
+    tmp_path: Path, scale: str, only: str, *flags: str, **env_extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks`` at *scale* on workloads *only*, results and work in *tmp_path*."""
     env = dict(os.environ)
     env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")
+    env.update(env_extra)
     env.pop("IPY_RESUME_DIR", None)
-    proc = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "benchmarks",
             "--scale",
-            "0.0001",
+            scale,
             "--repeat",
             "1",
             "--only",
-            "1,2,3,5,6",
-            "--no-kishu",
+            only,
+            *flags,
             "--no-chart",
             "--results",
             str(tmp_path / "results"),
@@ -47,6 +50,11 @@ def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
         text=True,
         timeout=280,
     )
+
+
+@pytest.mark.timeout(300)
+def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
+    proc = run_benchmarks(tmp_path, "0.0001", "1,2,3,5,6", "--no-kishu")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "## Targets" in proc.stdout and "## Against the peers" in proc.stdout
     results = tmp_path / "results"
@@ -80,33 +88,8 @@ def test_benchmarks_run_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_restore_after_a_crash_runs_in_fresh_processes_at_tiny_scale(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")
-    env["IPY_RESUME_BENCH_CRASH_REPEAT"] = "2"
-    env.pop("IPY_RESUME_DIR", None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "--scale",
-            "0.004",  # 4 MiB: mapped (below 2 MiB it would be read)
-            "--repeat",
-            "1",
-            "--only",
-            "12",
-            "--no-chart",
-            "--results",
-            str(tmp_path / "results"),
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
+    # 4 MiB: mapped (below 2 MiB it would be read)
+    proc = run_benchmarks(tmp_path, "0.004", "12", IPY_RESUME_BENCH_CRASH_REPEAT="2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "## W12 restore as after a crash" in proc.stdout
     result = json.loads((tmp_path / "results" / "w12.json").read_text())
@@ -145,33 +128,8 @@ def test_results_a_peer_gets_by_not_answering_are_not_ranked() -> None:
 @pytest.mark.timeout(300)
 def test_sklearn_models_run_in_fresh_processes_at_tiny_scale(tmp_path: Path) -> None:
     pytest.importorskip("sklearn")
-    env = dict(os.environ)
-    env["JUPYTER_DATA_DIR"] = str(tmp_path / "jupyter-data")
-    env["IPY_RESUME_BENCH_SKLEARN_REPEAT"] = "1"
-    env.pop("IPY_RESUME_DIR", None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "--scale",
-            "0.0001",  # 200 rows, 500 sentences, 10 trees
-            "--repeat",
-            "1",
-            "--only",
-            "13b",
-            "--no-chart",
-            "--results",
-            str(tmp_path / "results"),
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
+    # 200 rows, 500 sentences, 10 trees
+    proc = run_benchmarks(tmp_path, "0.0001", "13b", IPY_RESUME_BENCH_SKLEARN_REPEAT="1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "## W13b scikit-learn models" in proc.stdout
     result = json.loads((tmp_path / "results" / "w13b.json").read_text())
