@@ -382,7 +382,7 @@ def test_what_a_restored_group_holds_is_what_the_walk_finds() -> None:
         [],
     ]
     for values in groups:
-        assert codecs._held(values) == codecs.identities(values), values
+        assert codecs.held_by(values) == codecs.identities(values), values
 
 
 TRICKY = [

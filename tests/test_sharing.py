@@ -352,6 +352,29 @@ def test_only_the_names_that_share_with_a_changed_object_are_stored_again(
     assert _note(store, shared, ns, "d", ["box2"]) == ["box2", "items2", "tail"]
 
 
+OUTER = "%%checkpoint outer\nouter = {'inner': [1]}"
+ALIAS = "%%checkpoint alias\nalias = outer['inner']"
+
+
+def test_a_value_inside_a_restored_checkpoint_stays_shared_with_a_later_one(
+    tmp_path: Path,
+) -> None:
+    # What a restored checkpoint's values hold is walked only when a later save asks: the
+    # new checkpoint, saved after a restore, must still find 'inner' in 'outer' and store
+    # the two together, so a third kernel has them shared.
+    run_process(tmp_path, [OUTER], {})
+    second = run_process(tmp_path, [OUTER, ALIAS], {"shared": "alias is outer['inner']"})
+    assert [("restored" in s) for s in _statuses(second)] == [True, False], _statuses(second)
+    assert second["eval"] == {"shared": "True"}
+    third = run_process(
+        tmp_path,
+        [OUTER, ALIAS, "alias.append(2)"],
+        {"shared": "alias is outer['inner']", "inner": "outer['inner']"},
+    )
+    assert [("restored" in s) for s in _statuses(third)[:2]] == [True, True], _statuses(third)
+    assert third["eval"] == {"shared": "True", "inner": "[1, 2]"}
+
+
 def test_pandas_dtypes_and_index_caches_are_no_evidence_but_an_index_is(tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")
     from ipy_resume.store import codecs

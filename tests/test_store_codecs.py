@@ -439,6 +439,20 @@ def test_a_group_links_objects_and_plain_containers_stored_elsewhere() -> None:
     assert holder["items"] is items and holder["items2"] is items
 
 
+@pytest.mark.parametrize("protocol", [0, 2, 5])
+def test_a_group_stream_is_read_from_its_memory_in_every_protocol(protocol: int) -> None:
+    # The unpickler reads the verified stream through a view of its memory (frames, lines
+    # for protocol 0's opcodes, large bytes into buffers), as from a file holding its copy.
+    big = bytes(range(256)) * 5000  # larger than a frame: read in one piece
+    values = {"a": {"text": "line\nbreak", "n": 3, "big": big, "nested": [1.5, {"k": (1, 2)}]}}
+    stream = pickle.dumps(values, protocol=protocol)
+    memory = np.frombuffer(stream, dtype=np.uint8).copy()  # (as a blob's bytes are held)
+    back = codecs.unpickle_group(memory.data, [], lambda token: None)
+    assert back == values
+    with pytest.raises(pickle.UnpicklingError):
+        codecs.unpickle_group(memory.data[: len(stream) // 2], [], lambda token: None)
+
+
 def test_a_walk_made_before_the_pickle_is_taken_only_when_it_is_the_same_walk() -> None:
     """A walk that skipped an object the pickle then writes inline (its link failed its
     check) is not the walk of what the group holds: the group walks again."""

@@ -34,7 +34,6 @@ class Loaded:
     extras: dict[str, object]
     sources: dict[str, Manifest] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # settings that could not be re-applied
-    members: dict[str, set[int]] = field(default_factory=dict)  # manifest id -> objects held
     how: dict[str, str] = field(default_factory=dict)  # name -> Store.restore_paths' words
 
     def how_text(self) -> str:
@@ -108,11 +107,10 @@ def load(
             settings.apply(settings.changes(settings.snapshot(), before))
         raise
     extras["settings"] = recorded
-    members = {m_id: store.members(m, cache) for m_id, m in manifests.items()}
     how: dict[str, str] = {}
     for manifest_id, names in by_manifest.items():
         how.update(store.paths_taken(manifests[manifest_id], cache, names))
-    return Loaded(values, extras, sources, problems, members, how)
+    return Loaded(values, extras, sources, problems, how)
 
 
 def apply(
@@ -149,7 +147,7 @@ def apply(
         by_manifest.setdefault(manifest.id, (manifest, {}))[1][name] = loaded.values[name]
     for manifest, values in by_manifest.values():
         shared.restored(manifest, values)
-        shared.note(manifest, values, namespace, loaded.members.get(manifest.id))
+        shared.note(manifest, values, namespace)  # (what they hold: walked when a save asks)
         _remember_fingerprints(manifest, values)
     return loaded.problems
 

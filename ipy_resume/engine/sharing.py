@@ -143,8 +143,13 @@ class SharedObjects:
         # every id some group holds (None: to be rebuilt, a group was dropped): a save asks
         # holders() about a new group's objects, which most often no earlier group holds,
         # and then the groups are not looked at one by one.  (A group's set is never
-        # changed once noted.)
+        # changed once noted, but for a restored group's walk, which adds to this too.)
         self._union: set[int] | None = set()
+        # The groups of restored checkpoints, not walked yet (id of the set -> the set): what
+        # their values hold is only asked by a later save, and walking them while restoring
+        # cost a model's restore as much as its unpickling.  Walked, and then noted as any
+        # group, when a save first asks (see _walk_restored).
+        self._unwalked: dict[int, set[int]] = {}
         self._by_checkpoint: dict[str, dict[str, None]] = {}  # id -> tokens, in entry order
         self._array_tokens: dict[str, None] = {}  # entries holding an ndarray, in entry order
         # candidates(), kept as entries come and go (a save asks once; a walk of every
@@ -252,7 +257,7 @@ class SharedObjects:
                 self._candidate_ids[entry.obj_id] = tok
         self._by_name.setdefault(entry.name, set()).add(tok)
         self._by_obj.setdefault(entry.obj_id, set()).add(tok)
-        if entry.members:
+        if entry.members or id(entry.members) in self._unwalked:
             key = id(entry.members)
             if key not in self._groups:
                 self._groups[key] = (entry.members, set())
@@ -284,6 +289,9 @@ class SharedObjects:
         kept alive here.  That sweep of every entry runs before the entries are next
         read (the next save's links), not here: a hit costs what its own names cost,
         however many names the store's checkpoints hold.
+
+        *members*: the ids of the objects the checkpoint's group holds (a save's walk of
+        them); None (a restore) has them walked when a save first asks.
         """
         fingerprints = manifest.info.get("fingerprints") or {}
         # A value may sit in a group that also refers to the checkpoint's other values
@@ -301,6 +309,8 @@ class SharedObjects:
         if len(self._all) <= 64:  # few entries: sweep now, nothing stays alive longer
             self._sweep()
         held = members if members is not None else set()
+        if members is None:
+            self._unwalked[id(held)] = held
         for name, value in values.items():
             ref = manifest.values.get(name)
             if ref is None or isinstance(value, _CODE_TYPES):
@@ -400,6 +410,8 @@ class SharedObjects:
         if not members and not reached:
             return {}
         self._entries  # noqa: B018 - (the sweep a note left, first)
+        if self._unwalked:
+            self._walk_restored()
         matched: set[str] = set()  # entries whose value holds one of them
         for obj_id in self._by_obj.keys() & members:
             matched.update(t for t in self._by_obj[obj_id] if self._alive(t) is not MISSING)
@@ -445,6 +457,23 @@ class SharedObjects:
             for _tok, entry, obj in self._sharing_with(hit, rows):
                 out.setdefault(entry.name, obj)
         return out
+
+    def _walk_restored(self) -> None:
+        """Fill in what the values of restored groups hold now (see ``_unwalked``).
+
+        A group's set is a filter that :meth:`_holds` confirms against what the value holds
+        when asked, so taking it now rather than when the value was restored only lets
+        through what the value gained since.
+        """
+        unwalked, self._unwalked = self._unwalked, {}
+        for key, held in unwalked.items():
+            group = self._groups.get(key)
+            if group is None:
+                continue  # (every entry of it dropped since)
+            values = [obj for tok in group[1] if (obj := self._alive(tok)) is not MISSING]
+            held |= codecs.held_by(values)
+            if self._union is not None:
+                self._union |= held
 
     def _sharing_with(
         self, hit: list[tuple[str, _Entry, object]], rows: list[tuple[str, _Entry, object]]

@@ -89,10 +89,15 @@ def _index_new_modules() -> None:
         if getattr(module, "__name__", None) in _MAIN_NAMES:
             continue
         try:
-            attrs = list(vars(module).items())
+            namespace = vars(module)
         except TypeError:
             continue
-        for attr, obj in attrs:
+        # Two lists of objects that exist, not a list of (name, value) pairs: 80,000 new
+        # tuples ran the cyclic collector a hundred times per index, each pass over the
+        # young objects of a kernel that just imported its libraries.  (No code runs
+        # between the two copies: they are in step.)
+        names, objects = list(namespace), list(namespace.values())
+        for attr, obj in zip(names, objects, strict=True):
             t = type(obj)
             if t in exact or attr[:2] == "__":
                 continue

@@ -140,14 +140,6 @@ class Loader:
         cache[("object", tok)] = known
         return known
 
-    @staticmethod
-    def members(manifest: Manifest, cache: dict[Any, Any]) -> set[int]:
-        """Ids of the objects the groups of *manifest* held when a load with *cache* decoded them."""
-        out: set[int] = set()
-        for ref in manifest.values.values():
-            out |= cache.get(("members", ref.blob, ref.offset), set())
-        return out
-
     def _prefetch(self, m: Manifest, refs: list[BlobRef], cache: dict[Any, Any]) -> None:
         """Read and verify the blobs behind *refs* two at a time, into *cache*.
 
@@ -308,12 +300,10 @@ class Loader:
                     # as memoryviews, so an array over one has a base of its own dtype and
                     # shape, as before the save, not the blob's bytes (``x.base`` of a view)
                     views = [self._blob(m, b, cache, own=True).data for b in ref.buffers]
-                    held: set[int] = set()
                     group = codecs.unpickle_group(
-                        stream, views, lambda tok: self._linked(m, tok, cache, linker), held
+                        stream, views, lambda tok: self._linked(m, tok, cache, linker)
                     )
                     cache[where] = group
-                    cache[("members", ref.blob, ref.offset)] = held
                 if ref.member not in group:
                     raise ValueError(f"the group has no member {ref.member!r}")
                 return group[ref.member]

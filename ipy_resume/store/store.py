@@ -605,11 +605,6 @@ class Store:
         """
         return self.loader.load_extras(manifest, cache, names, reuse)
 
-    @staticmethod
-    def members(manifest: Manifest, cache: dict[Any, Any]) -> set[int]:
-        """Ids of the objects the groups of *manifest* held when a load with *cache* decoded them."""
-        return Loader.members(manifest, cache)
-
     def restore_paths(self, manifest: Manifest) -> dict[str, str]:
         """How a restore would load each value of *manifest*: ``"mapped"``, ``"buffers mapped"``
         (a pickled value whose large out-of-band buffers are mapped) or ``"read"``.
