@@ -21,6 +21,7 @@ from ipy_resume.fingerprint import (
     Fingerprinter,
     Unfingerprintable,
     clear_aliases,
+    defer_alias,
     fingerprint,
     register_alias,
 )
@@ -279,6 +280,70 @@ def test_alias_applies_to_cycle_members(aliases: None) -> None:
     register_alias(digest, b"\x07" * 16)
     assert fingerprint(a) == b"\x07" * 16
     assert fingerprint([a]) != nested  # the list hashes the alias
+
+
+def _round_trip(value: Any) -> Any:
+    import pickle
+
+    return pickle.loads(pickle.dumps(value))
+
+
+def test_a_deferred_alias_is_decided_by_the_first_digest(aliases: None) -> None:
+    saved = Bunch(data=[1, 2, 3])
+    saved.__dict__["_private"] = "dropped by pickling"
+    saved_digest = fingerprint(saved)
+    asked: list[int] = []
+
+    def recompute_of(value: Any) -> Any:
+        def recompute() -> bytes:
+            asked.append(1)
+            return fingerprint(_round_trip(value))
+
+        return recompute
+
+    # inexact round trip, unchanged since: the saved digest, nested too; reloaded once
+    restored = _round_trip(saved)
+    defer_alias(restored, saved_digest, recompute_of(saved))
+    nested = fingerprint({"model": saved, "n": 1})
+    assert fingerprint({"model": restored, "n": 1}) == nested
+    assert fingerprint(restored) == saved_digest
+    assert len(asked) == 1
+    # changed before its first digest: no alias, and it misses
+    clear_aliases()
+    changed = _round_trip(saved)
+    defer_alias(changed, saved_digest, recompute_of(saved))
+    changed["data"] = [9]
+    assert fingerprint(changed) != saved_digest
+    changed["data"] = [1, 2, 3]  # changed back: the value as restored again
+    assert fingerprint(changed) == saved_digest
+    # an exact round trip never reloads
+    clear_aliases()
+    asked.clear()
+    exact = Bunch(data=[4])
+    defer_alias(_round_trip(exact), fingerprint(exact), recompute_of(exact))
+    again = _round_trip(exact)
+    defer_alias(again, fingerprint(exact), recompute_of(exact))
+    assert fingerprint(again) == fingerprint(exact) and asked == []
+    # a reload that fails registers nothing
+    clear_aliases()
+    failing = _round_trip(saved)
+    defer_alias(failing, saved_digest, lambda: None)
+    assert fingerprint(failing) != saved_digest
+
+
+def test_a_deferred_alias_follows_its_object_not_its_address(aliases: None) -> None:
+    import gc
+
+    saved = Bunch(data=[1])
+    saved.__dict__["_private"] = 1
+    gone = _round_trip(saved)
+    defer_alias(gone, fingerprint(saved), lambda: fingerprint(_round_trip(saved)))
+    del gone
+    gc.collect()
+    other = Bunch(data=[2])  # (may sit where the restored object was)
+    assert fingerprint(other) == fingerprint(Bunch(data=[2]))
+    with pytest.raises(ValueError):
+        defer_alias(other, b"short", lambda: None)
 
 
 def test_alias_arguments_are_checked(aliases: None) -> None:

@@ -10,6 +10,7 @@ fingerprints and restores RNG state the same way.  Loading touches nothing; only
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,10 +147,15 @@ def apply(
     for name, manifest in loaded.sources.items():
         by_manifest.setdefault(manifest.id, (manifest, {}))[1][name] = loaded.values[name]
     for manifest, values in by_manifest.values():
-        shared.restored(manifest, values)
+        shared.restored(manifest, values, functools.partial(_reload, store, manifest))
         shared.note(manifest, values, namespace)  # (what they hold: walked when a save asks)
         _remember_fingerprints(manifest, values)
     return loaded.problems
+
+
+def _reload(store: Store, manifest: Manifest, name: str) -> object:
+    """Value *name* of *manifest* loaded afresh, links and all (for a deferred alias)."""
+    return store.load_values(manifest, [name])[name]
 
 
 def _remember_fingerprints(manifest: Manifest, values: Mapping[str, object]) -> None:

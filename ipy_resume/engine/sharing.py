@@ -26,11 +26,12 @@ still hit, while a value the user then changes fingerprints as something new.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import types
 import weakref
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ import numpy as np
 
 from ipy_resume.store import location
 
-from ..fingerprint import Fingerprinter, Unfingerprintable, register_alias, tied_to_code
+from ..fingerprint import Fingerprinter, Unfingerprintable, defer_alias, tied_to_code
 from ..store import Manifest, blobs, codecs
 from ..store.manifest import BlobRef
 from ..store.writing import MISSING, token
@@ -334,30 +335,34 @@ class SharedObjects:
         self._fingerprinter = None
         self._arrays = None
 
-    def restored(self, manifest: Manifest, values: Mapping[str, object]) -> None:
+    def restored(
+        self,
+        manifest: Manifest,
+        values: Mapping[str, object],
+        reload: Callable[[str], object],
+    ) -> None:
         """Make the fingerprints of *values* (restored from *manifest*) stand for the saved ones.
 
-        Costs one fingerprint per pickled value other than an array or a :func:`codecs.flat` one
-        (those round-trip exactly).  A value tied to code (a module, what is imported from one,
-        an instance of a helper module's class) is left out: its digest differs only when that
-        code was edited, and the cells reading it must then execute.
+        Deferred to the first digest of each (see :func:`~ipy_resume.fingerprint.defer_alias`):
+        a restore digests nothing, and when that digest is not the saved one, ``reload(name)``
+        (the value loaded again from *manifest*) tells whether it is the value as restored.
+        Arrays and :func:`codecs.flat` values round-trip exactly and are left out.  So is a
+        value tied to code (a module, what is imported from one, an instance of a helper
+        module's class): its digest differs only when that code was edited, and the cells
+        reading it must then execute.
         """
         saved = manifest.info.get("fingerprints") or {}
-        fp = None
         for name, value in values.items():
             digest = saved.get(name)
             if not isinstance(digest, str) or isinstance(value, np.ndarray) or codecs.flat(value):
                 continue  # arrays, and atoms and flat containers of them, round-trip exactly
             if tied_to_code(value):  # (a module whose file was edited since: not a round trip)
                 continue
-            if fp is None:
-                fp = Fingerprinter()
             try:
-                now = fp.digest(value)
-            except Unfingerprintable:
+                digest_bytes = bytes.fromhex(digest)
+                defer_alias(value, digest_bytes, functools.partial(_digest_of_reload, reload, name))
+            except ValueError:
                 continue
-            if now.hex() != digest:
-                register_alias(now, bytes.fromhex(digest))
 
     # ---- the store's Linker protocol -----------------------------------------------------
 
@@ -561,6 +566,14 @@ class SharedObjects:
         self._digests.clear()
         self._fingerprinter = None
         self._arrays = None
+
+
+def _digest_of_reload(reload: Callable[[str], object], name: str) -> bytes | None:
+    """The fingerprint of value *name* loaded again (None when it cannot be loaded or digested)."""
+    try:
+        return Fingerprinter().digest(reload(name))
+    except Exception:  # (a failed load or digest only costs the alias: the reader executes)
+        return None
 
 
 _by_store: dict[str, SharedObjects] = {}

@@ -82,8 +82,10 @@ values that are not positive numbers are ignored).  The clock is read every 4096
 Restored values
 ---------------
 :func:`register_alias` maps the digest of a value as restored from a checkpoint to the digest
-it had when it was saved, for values whose pickle round trip is not exact; :func:`clear_aliases`
-forgets the table.  It costs nothing while empty and one dict lookup per composite otherwise.
+it had when it was saved, for values whose pickle round trip is not exact; :func:`defer_alias`
+leaves that choice to the first digest taken of the restored object (most round trips are
+exact, and then nothing more is computed); :func:`clear_aliases` forgets both tables.  Each
+costs nothing while empty and one dict lookup per composite otherwise.
 
 Extending
 ---------
@@ -113,6 +115,7 @@ from .core import (
     Fingerprinter,
     Unfingerprintable,
     clear_aliases,
+    defer_alias,
     fingerprint,
     fingerprint_hex,
     register,
@@ -125,6 +128,7 @@ __all__ = [
     "Fingerprinter",
     "Unfingerprintable",
     "clear_aliases",
+    "defer_alias",
     "digest_bytes",
     "fingerprint",
     "fingerprint_hex",

@@ -168,12 +168,86 @@ def register_alias(restored: bytes, saved: bytes) -> None:
         ALIASES[restored] = saved
 
 
+class _Deferred:
+    """A restored object whose alias is decided when its digest is first taken."""
+
+    __slots__ = ("holder", "recompute", "restored", "saved")
+
+    def __init__(self, holder: Any, saved: bytes, recompute: Callable[[], bytes | None]) -> None:
+        self.holder = holder  # a weak reference, or the object itself when it takes none
+        self.saved = saved
+        self.recompute = recompute
+        self.restored: bytes | None = None  # the digest of the value as restored, once asked
+
+
+# address of a restored object -> its alias to decide (see defer_alias); read on every
+# composite while not empty, as ALIASES is
+DEFERRED: dict[int, _Deferred] = {}
+_DEFERRED_MAX = 1 << 16
+
+
+def defer_alias(obj: object, saved: bytes, recompute: Callable[[], bytes | None]) -> None:
+    """Let *obj*, just restored, get *saved* as its digest if its round trip turns out inexact.
+
+    :func:`register_alias` needs the restored value's digest, which costs a restore as much
+    as the value's unpickling, while most values round-trip exactly and the next key that
+    reads them takes that digest anyway.  So the choice waits for that key: a digest of
+    *obj* equal to *saved* settles it; another is compared with ``recompute()``, the digest
+    of the value as restored (a fresh load of it from the checkpoint, taken once), and only
+    when the two agree (the object has not changed since) is the alias registered.  A
+    *recompute* that fails (None) registers nothing: the reader executes again.
+
+    >>> value = {"rows": [1, 2, 3]}
+    >>> saved = fingerprint({"rows": [1, 2]})
+    >>> defer_alias(value, saved, lambda: fingerprint({"rows": [1, 2, 3]}))
+    >>> fingerprint(value) == saved
+    True
+    >>> clear_aliases()
+    """
+    if not (isinstance(saved, bytes) and len(saved) == 16):
+        raise ValueError("defer_alias() needs a 16-byte digest")
+    if len(DEFERRED) >= _DEFERRED_MAX:
+        DEFERRED.clear()  # (each only spares a miss: forgetting them is safe)
+    try:
+        holder: Any = weakref.ref(obj)
+    except TypeError:
+        holder = obj
+    DEFERRED[address(obj)] = _Deferred(holder, saved, recompute)
+
+
+def _settle(vid: int, obj: object, digest: bytes) -> bytes:
+    """*digest* of *obj*, or the saved digest a deferred alias gives it (see defer_alias)."""
+    entry = DEFERRED.get(vid)
+    if entry is None:
+        return digest
+    holder = entry.holder
+    held = holder() if isinstance(holder, weakref.ref) else holder
+    if held is not obj:
+        if held is None:
+            DEFERRED.pop(vid, None)  # gone: its address now holds another object
+        return digest
+    if digest == entry.saved:
+        DEFERRED.pop(vid, None)  # an exact round trip: nothing to alias
+        return digest
+    if entry.restored is None:
+        try:
+            entry.restored = entry.recompute() or b""
+        except Exception:
+            entry.restored = b""
+    if digest != entry.restored:
+        return digest  # changed since the restore (it may change back: kept)
+    DEFERRED.pop(vid, None)
+    register_alias(digest, entry.saved)
+    return entry.saved
+
+
 def clear_aliases() -> None:
-    """Forget every alias registered with :func:`register_alias`.
+    """Forget every alias registered with :func:`register_alias` or deferred.
 
     >>> clear_aliases()
     """
     ALIASES.clear()
+    DEFERRED.clear()
 
 
 # ---- the fingerprinter ------------------------------------------------------------------------
@@ -218,6 +292,7 @@ class Fingerprinter:
         "_refining",
         "_shared",
         "_sigmas",
+        "_top",
         "_top_name",
         "attached",
         "call_memo",
@@ -269,6 +344,7 @@ class Fingerprinter:
         self._next_check = 0
         self._deadline = 0.0
         self._top_name = ""
+        self._top: object = None  # the value of the top-level digest under way
 
     def digest(self, value: object) -> bytes:
         """Return the 16-byte fingerprint of *value*; raise :class:`Unfingerprintable`.
@@ -295,9 +371,13 @@ class Fingerprinter:
             self._top_name = qualified_name(type(value))
         self._active += 1
         try:
+            if top:
+                self._top = value
             result = self._digest(value)
             if top and self.attached:
                 result = self._with_attached(result)
+                if DEFERRED:  # (its digest with what it attached, as the save took it)
+                    result = _settle(address(value), value, result)
             return result
         except Unfingerprintable:
             raise
@@ -314,6 +394,7 @@ class Fingerprinter:
                     self.call_memo.clear()
                     self._call_keep.clear()
                 self.attached.clear()
+                self._top = None
                 self.marks.clear()
                 self._objs.clear()
                 self._entries.clear()
@@ -445,6 +526,8 @@ class Fingerprinter:
                 objs.pop()
                 self._entries.pop()
                 if not self._refining:
+                    if DEFERRED and not (value is self._top and self.attached):
+                        result = _settle(vid, value, result)
                     if ALIASES:
                         result = ALIASES.get(result, result)
                     if life:
@@ -530,6 +613,8 @@ class Fingerprinter:
             )
             for i, (member, entry) in enumerate(zip(members, entries, strict=True)):
                 digest = finals[i]
+                if DEFERRED:
+                    digest = finals[i] = _settle(ids[i], member, digest)
                 if ALIASES:
                     digest = finals[i] = ALIASES.get(digest, digest)
                 if entry[1] == LIFE_MEMO:
