@@ -471,6 +471,25 @@ def test_the_registry_answers_from_its_indexes_and_they_follow_every_drop(
     assert sum(t.endswith("/box") for ts in shared._by_obj.values() for t in ts) == 1
 
 
+def test_a_restored_group_waits_for_its_walk_only_while_it_has_an_entry(tmp_path: Path) -> None:
+    import json as module
+
+    store = Store(tmp_path / "st", key=b"k" * 32)
+    shared = SharedObjects()
+    namespace: dict[str, object] = {}
+    for name in ("a", "b"):
+        values = {name: {"k": [1]}}
+        namespace.update(values)
+        shared.note(store.save(name, f"k{name}", values).manifest, values, namespace)
+    assert len(shared._unwalked) == 2
+    namespace["a"] = "rebound"  # the next note's sweep drops a's entry, and its group
+    values = {"m": module}  # (a module: never an entry)
+    namespace.update(values)
+    shared.note(store.save("m", "km", values).manifest, values, namespace)
+    (tok,) = shared._by_name["b"]
+    assert list(shared._unwalked) == [id(shared._all[tok].members)]  # b's, not a's or m's
+
+
 def test_candidates_follow_every_entry_added_and_dropped(tmp_path: Path) -> None:
     """The objects a save may link to are kept as entries come and go: the latest entry of
     an object names it, an earlier one again once that is dropped, and neither a value

@@ -223,6 +223,7 @@ class SharedObjects:
                 group[1].discard(tok)
                 if not group[1]:
                     del self._groups[id(entry.members)]
+                    self._unwalked.pop(id(entry.members), None)
                     self._union = None
             checkpoint = tok.partition("/")[0]
             tokens_of = self._by_checkpoint.get(checkpoint)
@@ -329,6 +330,8 @@ class SharedObjects:
                 self._generation,
             )
             self._add(tok, entry, value)
+        if members is None and id(held) not in self._groups:
+            self._unwalked.pop(id(held), None)  # (no entry of it: nothing to walk)
         self._checked.clear()
         self._walked.clear()
         self._digests.clear()
