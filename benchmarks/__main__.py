@@ -12,6 +12,8 @@ Workloads (sizes at ``--scale 1``; the issue's):
 7. 20 checkpoints of a slowly changing 500 MB state: bytes on disk vs live bytes.
 8. the corpus of realistic notebooks (``tests/corpus/``): first wrapped run and restored
    run against the plain run, and the slowest key (:mod:`benchmarks.corpus`).
+1b. a cell returning 512 MB: its first run against the plain cell and joblib.Memory's, every
+    run in a fresh process (:mod:`benchmarks.big_output`).
 9. large object graphs: keys of figures with 10,000 artists and of a 1M-object DAG.
 10. a 30-cell notebook through ``ipy-resume run``: first run and a run resumed after a
     kill in cell 25, against plain nbclient (:mod:`benchmarks.batch`).
@@ -52,7 +54,7 @@ from typing import Any
 from benchmarks import notebook, performance, report
 from benchmarks.harness import Recorder, log, median, rmtree
 
-ALL = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "13b"]
+ALL = ["1", "1b", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "13b"]
 RESULTS = Path(__file__).resolve().parent / "results"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
 SLOW_S = 20.0

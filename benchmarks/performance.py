@@ -21,7 +21,17 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from benchmarks import batch, corpus, crash, graphs, report, s3, sklearn_bench, torch_bench
+from benchmarks import (
+    batch,
+    big_output,
+    corpus,
+    crash,
+    graphs,
+    report,
+    s3,
+    sklearn_bench,
+    torch_bench,
+)
 
 MARKER = (
     "<!-- Written by `make bench` (benchmarks/performance.py) from benchmarks/results/wN.json: "
@@ -56,6 +66,9 @@ WORKLOADS: dict[str, str] = {
     "13": "PyTorch state against `torch.save`/`torch.load` and safetensors: a model of four "
     "`Linear(4096, 4096)` with one Adam step (805 MB), 2,000 small tensors, and a resumable "
     "training loop; each restore in a fresh process",
+    "1b": "one cell returning 512 MB (`np.random.RandomState(3).rand(64_000_000)`), every "
+    "run in a fresh process: the first run against the plain cell and against "
+    "joblib.Memory's first run of the same draws (alternating)",
     "13b": "scikit-learn models, each fitted by one cell on generated data: "
     "`RandomForestClassifier(n_estimators=300, n_jobs=1)` and `GradientBoostingClassifier` "
     "on 6,000 rows of `make_classification`, and a `TfidfVectorizer` + `LogisticRegression` "
@@ -79,6 +92,7 @@ TITLES: dict[str, str] = {
     "12": "a restore as after a crash",
     "13": "PyTorch models and optimizers",
     "13b": "scikit-learn ensembles and pipelines",
+    "1b": "a cell returning 512 MB",
 }
 
 # Workloads whose module renders its own table (with its targets).
@@ -90,6 +104,7 @@ OWN_TABLES: dict[str, Any] = {
     "12": lambda s: crash.table(s["crash"]) if s.get("crash") else "",
     "13": lambda s: torch_bench.table(s["torch"]) if s.get("torch") else "",
     "13b": lambda s: sklearn_bench.table(s["sklearn"]) if s.get("sklearn") else "",
+    "1b": lambda s: big_output.table(s["big_output"]) if s.get("big_output") else "",
 }
 
 INTRO = """\

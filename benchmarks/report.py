@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import batch, corpus, crash, graphs, s3, sklearn_bench, torch_bench
+from benchmarks import batch, big_output, corpus, crash, graphs, s3, sklearn_bench, torch_bench
 from benchmarks.harness import median
 
 PEERS = ["joblib", "ipycache", "dill", "kishu"]
@@ -280,6 +280,8 @@ def table(summary: dict[str, Any]) -> str:
         lines += ["", torch_bench.table(summary["torch"])]
     if summary.get("sklearn"):
         lines += ["", sklearn_bench.table(summary["sklearn"])]
+    if summary.get("big_output"):
+        lines += ["", big_output.table(summary["big_output"])]
     return "\n".join(lines)
 
 
@@ -295,6 +297,7 @@ def summarize(samples: Samples, notes: Notes | None = None) -> dict[str, Any]:
         "crash": crash.summary(samples),
         "torch": torch_bench.summary(samples),
         "sklearn": sklearn_bench.summary(samples),
+        "big_output": big_output.summary(samples),
     }
 
 

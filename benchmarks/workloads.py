@@ -28,6 +28,7 @@ import numpy as np
 from benchmarks import (
     baselines,
     batch,
+    big_output,
     corpus,
     crash,
     graphs,
@@ -726,6 +727,7 @@ def w7_kishu(ctx: Ctx) -> None:
 
 WORKLOADS: dict[str, dict[str, Callable[[Ctx], None]]] = {
     "1": {"main": w1_main, "kishu": w1_kishu},
+    "1b": {"main": big_output.workload},
     "2": {"main": w2_main, "kishu": w2_kishu},
     "3": {"main": w3_main},
     "4": {"main": w4_main, "kishu": w4_kishu},

@@ -9,6 +9,7 @@ engine runs a cell and talks to the user without knowing IPython.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -198,3 +199,6 @@ class Content:
     # the fingerprints of the cell's inputs and outputs as they are now, by name
     current: dict[str, bytes] = field(default_factory=dict)
     fingerprinter: Fingerprinter | None = None  # that took them (its memo, for the save)
+    # outputs whose fingerprints the store takes (name -> function): large arrays of a
+    # staged save, digested by its writer after the cell returned (see store.late)
+    late: dict[str, Callable[[object], str | None]] = field(default_factory=dict)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import types
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ from ..fingerprint import Fingerprinter, Unfingerprintable, globals_read
 from ..fingerprint.key import OnceFingerprinter
 from ..runtime import settings
 from ..runtime.analysis import is_bookkeeping
-from ..store import pending
+from ..store import codecs, pending
+from ..store import late as late_digests
 from ..store.journal import STAMP, stamp
 from .cells import CheckpointOptions, Content, Plan, Ran
 from .sharing import fingerprints_of
@@ -35,11 +36,14 @@ def content_of(
     *,
     session: str,
     last_event: str | None,
+    staged: bool = False,
 ) -> Content:
     """What the checkpoint of this run holds: values, extras and the manifest's info.
 
     *session* and *last_event* name the kernel and the timeline event the save's own
     event follows (its stamp, so a reader can append the event if this kernel dies first).
+    With *staged* (the save goes to the background writer), the fingerprints of large
+    arrays are left to the writer (``Content.late``): nothing reads them before it is done.
 
     >>> content_of(namespace, plan, opts, ran, session="3f2a", last_event=None)  # doctest: +SKIP
     Content(names=['model'], ...)
@@ -73,7 +77,12 @@ def content_of(
             extras["shown"] = result.shown
     if opts.files:
         extras["files"] = files
-    digests = digests_of(values, after, fingerprinter)
+    late: dict[str, Callable[[object], str | None]] = {
+        name: late_fingerprint for name in values if staged and _late(values[name], after, name)
+    }
+    digests = digests_of(
+        {n: v for n, v in values.items() if n not in late} if late else values, after, fingerprinter
+    )
     # What each input and output holds now: unchanged inputs as the key took them.
     current = {
         name: digest
@@ -129,7 +138,28 @@ def content_of(
         info["files_written"] = ran.files_written
     if ran.files_removed:
         info["files_removed"] = ran.files_removed
-    return Content(names, values, extras, info, missing_files, current, fingerprinter)
+    return Content(names, values, extras, info, missing_files, current, fingerprinter, late)
+
+
+def _late(value: Any, known: Mapping[str, bytes], name: str) -> bool:
+    return (
+        name not in known
+        and codecs.array_blob_eligible(value)
+        and value.nbytes >= late_digests.LATE_MIN
+    )
+
+
+def late_fingerprint(value: object) -> str | None:
+    """The hex fingerprint of *value* as a later key takes it (None: it has none): what the
+    store's writer records for an output left to it.
+
+    >>> late_fingerprint(3) == Fingerprinter().digest(3).hex()
+    True
+    """
+    try:
+        return Fingerprinter().digest(value).hex()
+    except Unfingerprintable:
+        return None
 
 
 def outputs_of(

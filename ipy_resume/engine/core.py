@@ -28,7 +28,7 @@ from ..runtime import file_deps, settings
 from ..runtime.analysis import AnalysisError, analyze
 from ..runtime.capture import OutputRecord
 from ..runtime.units import format_size
-from ..store import Store, StoreError, background, location, prehash
+from ..store import Store, StoreError, background, codecs, location, prehash
 from ..store.journal import STAMP, Event
 from ..store.manifest import Manifest
 from . import restoring, rng
@@ -630,13 +630,24 @@ class Engine:
             return _value(result)
         phases = self._phases
         phases.mark("capture")  # (what _execute read after the cell: RNG, files, imports)
-        # The blobs of large outputs are hashed on a helper thread while their fingerprints
-        # are taken here: two passes over the same bytes, one core each.
-        prehash.start(namespace[n] for n in plan.analysis.outputs if n in namespace)
+        staged = self._stages(opts, plan)
+        if not staged:
+            # The blobs of large outputs are hashed on a helper thread while their
+            # fingerprints are taken here: two passes over the same bytes, one core each.
+            # (A staged save leaves both to its writer: see store.late.)
+            prehash.start(namespace[n] for n in plan.analysis.outputs if n in namespace)
         try:
-            return self._keep(namespace, plan, opts, host, ran, reason)
+            return self._keep(namespace, plan, opts, host, ran, reason, staged)
         finally:
             prehash.clear()
+
+    def _stages(self, opts: CheckpointOptions, plan: Plan) -> bool:
+        """Whether this save goes to the background writer (see :meth:`_save`)."""
+        assert plan.key is not None
+        use = background.enabled() if self.background is None else self.background
+        return bool(
+            use and self.store.stages_saves and not self.store.healing(opts.cell_id, plan.key)
+        )
 
     def _keep(
         self,
@@ -646,6 +657,7 @@ class Engine:
         host: Host,
         ran: Ran,
         reason: str,
+        staged: bool = False,
     ) -> Any:
         """Store what a run produced and say so; returns the cell's value."""
         __tracebackhide__ = True
@@ -653,7 +665,13 @@ class Engine:
         phases = self._phases
         with _collection_paused():
             content = content_of(
-                namespace, plan, opts, ran, session=self.session, last_event=self.last_event
+                namespace,
+                plan,
+                opts,
+                ran,
+                session=self.session,
+                last_event=self.last_event,
+                staged=staged,
             )
         phases.mark("outputs")
         values = content.values
@@ -668,7 +686,7 @@ class Engine:
         phases.mark("sharing")
         try:
             with _collection_paused():
-                saved, job, to_write = self._save(plan, opts, content, shared)
+                saved, job, to_write = self._save(plan, opts, content, shared, staged)
         except Exception as exc:  # SaveError is a StoreError; anything else is a bug of ours
             shared.forget_checks()  # (what it read of the objects is not kept alive)
             listed = ", ".join(sorted(values)) or "no names"
@@ -765,6 +783,7 @@ class Engine:
             starred = dict(namespace)  # (holding the values: no address is reused meanwhile)
         settings_before = settings.snapshot()
         reached = reached_state(namespace, plan)
+        codecs.preload_hdf5()  # (what the save of an array needs, imported while it runs)
         self._seed(plan)
         started = time.perf_counter()
         global _active
@@ -801,7 +820,12 @@ class Engine:
         )
 
     def _save(
-        self, plan: Plan, opts: CheckpointOptions, content: Content, shared: SharedObjects
+        self,
+        plan: Plan,
+        opts: CheckpointOptions,
+        content: Content,
+        shared: SharedObjects,
+        staged: bool,
     ) -> tuple[SaveResult, background.Job | None, int]:
         """Commit *content*: staged for the background writer where it may be, else now.
 
@@ -814,9 +838,9 @@ class Engine:
             "info": content.info,
             "complete": not content.missing_files,
             "linker": shared,
+            "late_digests": content.late,
         }
-        use = background.enabled() if self.background is None else self.background
-        if not (use and self.store.stages_saves and not self.store.healing(opts.cell_id, plan.key)):
+        if not staged:
             saved = self.store.save(opts.cell_id, plan.key, content.values, **what)
             self._phases.mark("save")
             return saved, None, 0

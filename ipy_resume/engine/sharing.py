@@ -58,6 +58,9 @@ class _Entry:
     members: set[int]  # ids of the objects its checkpoint's group held (shared set)
     generation: int = 0  # the note that made it (see SharedObjects._sweep)
     seq: int = 0  # the order entries were added in (see SharedObjects._candidate_ids)
+    # its manifest while that still names placeholders for blobs whose digests the
+    # writer takes (see ipy_resume.store.late): ref and links are read again once they are in
+    late: Manifest | None = None
 
     def get(self) -> object:
         obj = self.holder() if isinstance(self.holder, weakref.ref) else self.holder
@@ -72,6 +75,21 @@ _VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple,
 _SCALAR_TYPES = (str, bytes, int, float, complex, bool, type(None), range, np.generic)
 
 _CODE_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
+
+
+def _settled(entry: _Entry) -> bool:
+    """Whether *entry*'s blobs are known: at once, or once its save's writer has taken the
+    digests of its large arrays (waited for here); False when that writer failed."""
+    manifest = entry.late
+    if manifest is None:
+        return True
+    if manifest.late is not None and not manifest.late():
+        return False
+    entry.ref = manifest.values[entry.name]
+    entry.links = {**manifest.links}
+    entry.links.update((token(manifest.id, n), r) for n, r in manifest.values.items())
+    entry.late = None
+    return True
 
 
 def _hold(obj: object) -> Any:
@@ -313,6 +331,7 @@ class SharedObjects:
         held = members if members is not None else set()
         if members is None:
             self._unwalked[id(held)] = held
+        late = manifest if manifest.late is not None else None
         for name, value in values.items():
             ref = manifest.values.get(name)
             if ref is None or isinstance(value, _CODE_TYPES):
@@ -328,6 +347,7 @@ class SharedObjects:
                 id(value),
                 held,
                 self._generation,
+                late=late,
             )
             self._add(tok, entry, value)
         if members is None and id(held) not in self._groups:
@@ -393,7 +413,7 @@ class SharedObjects:
 
     def _unchanged(self, tok: str) -> bool:
         entry = self._entries.get(tok)
-        if entry is None:
+        if entry is None or not _settled(entry):
             return False
         obj = entry.get()
         if obj is MISSING:
@@ -408,6 +428,8 @@ class SharedObjects:
 
     def refs(self, tok: str) -> dict[str, BlobRef]:
         entry = self._entries[tok]
+        if not _settled(entry):  # (check() said no already: nobody links to it)
+            raise KeyError(f"{tok} is not saved yet")
         return {**entry.links, tok: entry.ref}
 
     def live(self, tok: str) -> object:

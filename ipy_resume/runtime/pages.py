@@ -56,6 +56,17 @@ _pagemap: tuple[int, int] | None = None  # (pid, fd)
 _usable: bool | None = None  # the self-test's verdict, once run
 
 
+def _forked() -> None:
+    # A save's forked writer fingerprints arrays (see store.late): another thread may have
+    # held the lock at the fork, and that thread is not in the child.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 class _Map:
     __slots__ = ("end", "identity", "memo", "path", "ref", "start")
 

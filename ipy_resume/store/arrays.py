@@ -9,9 +9,12 @@ share it again after a load; :mod:`.codecs` builds on them for pickled values.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
+import sys
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ __all__ = [
     "dtype_to_json",
     "flat",
     "plan_array",
+    "preload_hdf5",
     "sibling_roots",
     "whole_view",
 ]
@@ -169,6 +173,41 @@ class _SparseFile(io.RawIOBase):
             if lo < hi:
                 buf[lo - start : hi - start] = data[lo - off : hi - off]
         return bytes(buf)
+
+
+_preloading: threading.Thread | None = None
+
+
+def preload_hdf5() -> None:
+    """Start importing h5py on a helper thread, once, when numpy is in use and h5py is not.
+
+    The first array a process saves needs h5py for its blob's layout, and importing it
+    costs 0.1-0.2 s: taken while the first checkpointed cell runs, not after it.  The
+    import holds the interpreter lock for part of that time, which a cell in numpy's C code
+    (that lets go of it) does not feel.  :func:`plan_array` imports h5py as before, waiting
+    for the helper when it is still at work.
+
+    >>> preload_hdf5(); hdf5_loaded()
+    """
+    global _preloading
+    if _preloading is not None or "h5py" in sys.modules or "numpy" not in sys.modules:
+        return
+    # Not a daemon: an interpreter that exits while a thread is inside h5py's initialisation
+    # crashes, and only other threads are waited for before the exit begins.
+    _preloading = threading.Thread(target=_import_hdf5, name="ipy-resume-h5py")
+    _preloading.start()
+
+
+def _import_hdf5() -> None:
+    with contextlib.suppress(Exception):  # (said where an array is planned: there it matters)
+        import h5py  # noqa: F401
+
+
+def hdf5_loaded() -> None:
+    """Wait for :func:`preload_hdf5`'s import (before a fork: the child must not inherit
+    an import half done by a thread it does not have)."""
+    if _preloading is not None:
+        _preloading.join()
 
 
 def _h5_type(dtype: np.dtype[Any]) -> Any:

@@ -250,6 +250,7 @@ class StoreWriter:
             with contextlib.suppress(Exception):  # a closed stream must not stop the writer
                 notify(job)
         job.snapshot.writer.deferred = []  # the copies are not needed any more
+        job.snapshot.writer.late = []  # (nor the arrays whose digests were taken late)
         job.event.set()
         wake = _waker
         if wake is not None:

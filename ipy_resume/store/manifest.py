@@ -23,7 +23,7 @@ import shlex
 import threading
 import time
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePath
@@ -343,6 +343,9 @@ class Manifest:
     # The store's base seed (see info.py), one of its redundant copies; absent from older
     # manifests, and ignored by readers that predate it.
     seed_base: int | None = None
+    # In the kernel that saved it, until the digests of its large arrays are in (see
+    # ipy_resume.store.late): waits for them, False when they never came.  Never stored.
+    late: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
     def created_at(self) -> _dt.datetime:

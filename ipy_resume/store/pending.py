@@ -32,6 +32,12 @@ and the writer is alive while either process is.  The child is a session of its 
 so the kill of the kernel's process group (what Jupyter's restart does) lets it
 finish handing the bytes to the OS, and the next reader then commits them.
 
+A large array's blob address is not known when the record is written: the forked child
+takes it after the cell returned (see :mod:`ipy_resume.store.late`).  Such a record's
+manifest is provisional and its ``late`` entry names the completion the child writes
+beside it, the signed manifest in full with every staged file, before any blob byte;
+recovery commits from the completion, and abandons a record whose completion never came.
+
 Staging is a power of a backend with ``local_files`` (a folder): records and staged
 blobs are named by key (``pending/<id>.json``, ``objects/ab/.tmp-…``), and their files
 come from ``backend.local_path``.  A bucket's store stages nothing (its saves go up
@@ -62,6 +68,7 @@ __all__ = [
     "FOLDER",
     "Recovered",
     "Staged",
+    "discard_completion",
     "helper",
     "live_temps",
     "owner",
@@ -72,6 +79,7 @@ __all__ = [
     "recover",
     "remove_record",
     "stage_blob",
+    "write_completion",
     "write_record",
     "writing",
 ]
@@ -187,11 +195,14 @@ def record_bytes(
     staged: list[Staged],
     who: dict[str, Any] | None = None,
     inline: list[tuple[str, bytes]] | None = None,
+    late: str | None = None,
 ) -> bytes:
     """The commit record of a staged save: the signed manifest, its staged blobs, the writer.
 
     *inline*: blobs whose bytes the record holds itself, ``(address, bytes)`` (a small
-    save's, staged as this one file; written as ``[address, size, base64]``).
+    save's, staged as this one file; written as ``[address, size, base64]``).  *late*: the
+    key of the completion the writer's child writes (see :mod:`ipy_resume.store.late`):
+    the record's manifest is provisional, the completion's is the one to commit.
 
     >>> record_bytes(encoded, staged)  # doctest: +SKIP
     b'{"version": 1, ...}'
@@ -204,6 +215,8 @@ def record_bytes(
     }
     if inline:
         doc["inline"] = [[a, len(d), base64.b64encode(d).decode("ascii")] for a, d in inline]
+    if late:
+        doc["late"] = late
     return json.dumps(doc).encode("utf-8")
 
 
@@ -288,6 +301,29 @@ def write_record(path: Path, data: bytes) -> Path:
     return path
 
 
+def write_completion(path: Path, data: bytes) -> None:
+    """Make the completion of a late save visible at *path* (atomically, not durably): what
+    the writer's child writes once it has the digests (see :mod:`ipy_resume.store.late`)."""
+    temp = fsio.stage(path, [data])
+    os.replace(temp, path)
+
+
+def _completion(record: Path, doc: dict[str, Any], backend: Backend) -> Path | None:
+    """The completion file *doc* (the record at *record*) names, if it names one beside it."""
+    key = doc.get("late")
+    if not isinstance(key, str) or posixpath.dirname(key) != FOLDER or not key.endswith(".late"):
+        return None
+    path = backend.local_path(key)
+    return path if path.parent == record.parent else None
+
+
+def discard_completion(path: Path, backend: Backend) -> None:
+    """Remove the completion at *path* and the temporary files it names (its save will not
+    be committed)."""
+    doc = _load(path)
+    _drop(path, doc, backend)
+
+
 def remove_record(path: Path) -> None:
     """Remove the commit record at *path* (its commit is durable, or abandoned).
 
@@ -321,7 +357,9 @@ def live_temps(root: Backend | str | os.PathLike[str]) -> set[str]:
         doc = _load(path)
         if doc is None or not writer_alive(doc.get("owner")):
             continue
-        for entry in doc.get("blobs", []):
+        completion = _completion(path, doc, _local(root))
+        more = (_load(completion) or {}) if completion is not None else {}
+        for entry in [*doc.get("blobs", []), *more.get("blobs", [])]:
             with contextlib.suppress(TypeError, ValueError, IndexError):
                 keep.add(_temp_key(entry))
     return keep
@@ -377,7 +415,12 @@ def recover(store: StoreContext) -> Recovered:
         if writer_alive(doc.get("owner")):
             done.live.append(where)
             continue
-        problem = _finish(store, doc)
+        completion = _completion(path, doc, backend)
+        if completion is not None:
+            problem = _finish_late(store, doc, completion)
+            discard_completion(completion, backend)
+        else:
+            problem = _finish(store, doc)
         _drop(path, doc, backend)
         if problem is None:
             done.finished.append(path.stem)
@@ -423,6 +466,34 @@ def writing(
         if m.cell_id == cell_id and m.key == key:
             found.append(pid)
     return found
+
+
+def _finish_late(store: StoreContext, doc: dict[str, Any], completion: Path) -> str | None:
+    """:func:`_finish` of a record whose manifest the child completed (see ``late``)."""
+    from ipy_resume.store import manifest
+
+    try:
+        data = str(doc["manifest"]).encode("utf-8")
+        m = manifest.decode(data, store.key, rel=f"{FOLDER}/record", store=str(store.location))
+    except (KeyError, fsio.StoreError) as exc:
+        return f"its manifest does not verify ({exc})"
+    done = _load(completion)
+    if done is None:
+        if store.backend.exists(store.manifest_key(m)):
+            return None  # published already: only the record outlived the commit
+        return "its writer stopped before it had the checksums of its arrays"
+    try:
+        final = manifest.decode(
+            str(done["manifest"]).encode("utf-8"),
+            store.key,
+            rel=f"{FOLDER}/completion",
+            store=str(store.location),
+        )
+    except (KeyError, fsio.StoreError) as exc:
+        return f"its completed manifest does not verify ({exc})"
+    if (final.id, final.cell_id, final.key) != (m.id, m.cell_id, m.key):
+        return "its completion is of another save"
+    return _finish(store, done)
 
 
 def _finish(store: StoreContext, doc: dict[str, Any]) -> str | None:

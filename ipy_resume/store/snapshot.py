@@ -25,10 +25,12 @@ import errno
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ipy_resume.store import fsio, lock, manifest, pending
+from ipy_resume.store import arrays, fsio, late, lock, manifest, pending
 from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.results import SaveResult
 
@@ -66,8 +68,17 @@ def _may_fork(size: int) -> bool:
     )
 
 
-def _fork_writer(todo: list[tuple[str, list[Any], int, Path]]) -> tuple[int, int]:
+_Todo = list[tuple[str, list[Any], int, Path]]
+
+
+def _fork_writer(
+    todo: _Todo, late_work: Callable[[], tuple[bytes, _Todo]] | None = None
+) -> tuple[int, BinaryIO]:
     """Fork a child that writes each blob to its temporary file.
+
+    With *late_work*, the child first runs it (the digests of late arrays, see
+    :mod:`ipy_resume.store.late`): it returns the line to tell the kernel, which goes on
+    the pipe first, and more blobs to write.
 
     The child runs nothing but these writes and leaves with ``os._exit``: no atexit
     handler, no stream of the kernel's, no lock of another thread's is touched.  It
@@ -76,6 +87,7 @@ def _fork_writer(todo: list[tuple[str, list[Any], int, Path]]) -> tuple[int, int
     child killed with it would lose a save the cell has already returned from (the
     kernel's commit record names the child, and the next reader commits its bytes).
     """
+    arrays.hdf5_loaded()
     reader, writer = os.pipe()
     try:
         pid = os.fork()
@@ -101,6 +113,13 @@ def _fork_writer(todo: list[tuple[str, list[Any], int, Path]]) -> tuple[int, int
                 os.close(null)
             current = ""
             try:
+                if late_work is not None:
+                    line, more = late_work()
+                    # (a kernel killed since has closed the pipe: the completion on disk
+                    # is what the next reader commits, so the blobs are written all the same)
+                    with contextlib.suppress(OSError):
+                        _write_all(writer, line)
+                    todo = [*todo, *more]
                 for _address, chunks, size, temp in todo:
                     current = os.fspath(temp)
                     pending.stage_blob(temp, chunks, size, temp=temp)
@@ -116,7 +135,21 @@ def _fork_writer(todo: list[tuple[str, list[Any], int, Path]]) -> tuple[int, int
     with contextlib.suppress(OSError):  # (the child's setsid came first, or it has ended)
         os.setpgid(pid, pid)
     os.close(writer)
-    return pid, reader
+    return pid, os.fdopen(reader, "rb")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _RESOLVED() -> bool:
+    return True
+
+
+def _UNRESOLVED() -> bool:
+    return False
 
 
 class Snapshot:
@@ -147,7 +180,13 @@ class Snapshot:
         self._written: set[str] = set()
         self.staged: list[pending.Staged] | None = None  # see stage()
         self.record: Path | None = None  # the commit record of a staged save
-        self.child: tuple[int, int] | None = None  # (pid, pipe) of a forked stage
+        self.child: tuple[int, BinaryIO] | None = None  # (pid, pipe) of a forked stage
+        # the late arrays' digests (see ipy_resume.store.late): None until the child's
+        # report is read (resolve), then whether it came; and the completion's file
+        self._late_ok: bool | None = None
+        self._late_lock = threading.Lock()
+        self._said = b""  # what the child said before its report was read, if not that
+        self.completion: Path | None = None
         self.new_dirs: set[Path] = set()  # parents of folders stage() made, to fsync
         # (id, bytes_written, file bytes) of the manifest as stage() signed it for the record:
         # published as they are when neither changed, instead of signed a second time
@@ -185,43 +224,50 @@ class Snapshot:
         if 0 < self.size <= INLINE_MAX:  # (far below FORK_MIN)
             self._stage_inline()
             return
-        keys = {a: backend.temp_key(store.ctx.blobs.key(a)) for a, _c, _s in writer.deferred or ()}
-        todo = [
-            (address, chunks, size, backend.local_path(keys[address]))
-            for address, chunks, size in writer.deferred or ()
-        ]
-        staged = [
-            pending.Staged(temp, address, size, keys[address]) for address, _c, size, temp in todo
-        ]
-        self.staged = staged
+        forking = _may_fork(self.size)
+        if writer.late and not forking:
+            self._take_late_here()
+        self.staged = staged = []
         try:
-            # new folders are made durable by the writer, before it publishes
-            for address, _chunks, _size, _temp in todo:
-                writer.current = store.ctx.blobs.path(address)
-                backend.make_parents(keys[address], dirs=self.new_dirs)
-            writer.current = None
-            self.manifest.bytes_written = sum(s.size for s in staged)
+            todo, made = self._temps(
+                [b for b in writer.deferred or () if b[0] not in self._placeholders()]
+            )
+            staged += made
+            self.manifest.bytes_written = sum(s.size for s in staged) + sum(
+                item.plan.size for item in writer.late
+            )
             record_key = pending.record_key(self.manifest.id)
             backend.make_parents(record_key, dirs=self.new_dirs)
             path = backend.local_path(record_key)
-            data = manifest.encode(self.manifest, store.ctx.key)
+            data = manifest.encode(self.manifest, store.ctx.key)  # (provisional, when late)
             self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
             who = None
-            if _may_fork(self.size):
+            if forking:
                 try:
-                    self.child = _fork_writer(todo)
+                    self.child = _fork_writer(todo, self._late_in_child if writer.late else None)
                 except OSError:  # no memory or processes left for a child: write here
                     self.child = None
+            completion = None
             if self.child is not None:
                 # written before the child's blobs are: a kernel killed from here on
                 # leaves a record that waits for the child, then is committed
                 who = {**pending.owner(), "helper": pending.helper(self.child[0])}
+                if writer.late:
+                    completion = late.completion_key(record_key)
+                    self.completion = backend.local_path(completion)
+                    self.manifest.late = self.resolve
             else:
+                if writer.late:  # no child after all: the digests here, then every blob
+                    more, more_staged = self._temps(self._take_late_here())
+                    todo += more
+                    staged += more_staged
+                    data = manifest.encode(self.manifest, store.ctx.key)
+                    self.encoded = (self.manifest.id, self.manifest.bytes_written, data)
                 for address, chunks, size, temp in todo:
                     writer.current = store.ctx.blobs.path(address)
                     pending.stage_blob(writer.current, chunks, size, temp=temp)
                 writer.current = None
-            record = pending.record_bytes(data, staged, who=who)
+            record = pending.record_bytes(data, staged, who=who, late=completion)
             self.record = pending.write_record(path, record)
         except BaseException as exc:
             self.abandon()
@@ -229,6 +275,109 @@ class Snapshot:
                 raise self.error(exc) from exc
             raise
         writer.deferred = []
+
+    def _placeholders(self) -> set[str]:
+        return {item.placeholder for item in self.writer.late}
+
+    def _temps(self, blobs: list[tuple[str, list[Any], int]]) -> tuple[_Todo, list[pending.Staged]]:
+        """A temporary file beside each blob's name, its folders made: what stage writes."""
+        store, writer = self.committer, self.writer
+        backend = store.ctx.backend
+        todo: _Todo = []
+        staged: list[pending.Staged] = []
+        for address, chunks, size in blobs:
+            key = backend.temp_key(store.ctx.blobs.key(address))
+            writer.current = store.ctx.blobs.path(address)
+            backend.make_parents(key, dirs=self.new_dirs)  # (made durable before publishing)
+            temp = backend.local_path(key)
+            todo.append((address, chunks, size, temp))
+            staged.append(pending.Staged(temp, address, size, key))
+        writer.current = None
+        return todo, staged
+
+    def _take_late_here(self) -> list[tuple[str, list[Any], int]]:
+        """Take the late arrays' digests in this process; their blobs still to write."""
+        writer = self.writer
+        items, writer.late = writer.late, []
+        taken = late.take(items)
+        late.apply(self.manifest, items, taken)
+        address = {p: a for p, (a, _f) in taken.items()}
+        kept: list[tuple[str, list[Any], int]] = []
+        resolved: list[tuple[str, list[Any], int]] = []
+        seen: set[str] = set()
+        for blob, chunks, size in writer.deferred or ():
+            if blob not in address:
+                kept.append((blob, chunks, size))
+                continue
+            real = address[blob]
+            # present already, or the same bytes twice in this save: nothing more to write
+            if real not in seen and not self.committer.ctx.blobs.exists(real, size):
+                resolved.append((real, chunks, size))
+            seen.add(real)
+        writer.deferred = kept + resolved
+        return resolved
+
+    def _late_in_child(self) -> tuple[bytes, _Todo]:
+        """In the forked child: the digests, the completion written, then what to write."""
+        store, writer = self.committer, self.writer
+        backend = store.ctx.backend
+        items = writer.late
+        taken = late.take(items)
+        late.apply(self.manifest, items, taken)  # (the child's own copy of it)
+        dirs: set[Path] = set()
+        todo: _Todo = []
+        staged: list[pending.Staged] = []
+        temps: dict[str, str] = {}
+        for item in items:
+            address = taken[item.placeholder][0]
+            if address in temps or store.ctx.blobs.exists(address, item.plan.size):
+                continue
+            key = backend.temp_key(store.ctx.blobs.key(address))
+            backend.make_parents(key, dirs=dirs)
+            temps[address] = key
+            temp = backend.local_path(key)
+            todo.append((address, list(item.plan.chunks()), item.plan.size, temp))
+            staged.append(pending.Staged(temp, address, item.plan.size, key))
+        data = manifest.encode(self.manifest, store.ctx.key)
+        where = backend.local_path(late.completion_key(pending.record_key(self.manifest.id)))
+        pending.write_completion(where, pending.record_bytes(data, [*(self.staged or ()), *staged]))
+        return late.report(taken, temps, sorted(map(os.fspath, dirs))), todo
+
+    def resolve(self) -> bool:
+        """Wait for the late arrays' digests and put them in the manifest; False when the
+        writing process ended without them (the save then fails).  Any thread may ask.
+
+        >>> snap.resolve()  # doctest: +SKIP
+        True
+        """
+        with self._late_lock:
+            if self._late_ok is not None:
+                return self._late_ok
+            ok, line = False, b""
+            child = self.child
+            items = self.writer.late
+            try:
+                if child is None:
+                    raise ValueError("no writing process")
+                line = child[1].readline()
+                taken, temps, dirs = late.parse_report(line)
+                sizes = {taken[item.placeholder][0]: item.plan.size for item in items}
+                backend = self.committer.ctx.backend
+                late.apply(self.manifest, items, taken)
+                for address, key in temps.items():
+                    self.staged = [
+                        *(self.staged or ()),
+                        pending.Staged(backend.local_path(key), address, sizes[address], key),
+                    ]
+                self.new_dirs.update(Path(d) for d in dirs)
+                self.encoded = None  # (signed again, complete, when published)
+                ok = True
+            except (OSError, ValueError, KeyError, TypeError):
+                self._said = line
+            self._late_ok = ok
+            # (the answer stays; the snapshot, and the arrays it holds, need not)
+            self.manifest.late = _RESOLVED if ok else _UNRESOLVED
+            return ok
 
     def _stage_inline(self) -> None:
         """:meth:`stage` of a small save: one file, the commit record, holding the blobs.
@@ -275,18 +424,27 @@ class Snapshot:
         """Wait for the forked child (killed first with *kill*); raise its failure."""
         if self.child is None:
             return
-        pid, reader = self.child
-        self.child = None
+        pid, pipe = self.child
         if kill:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+            with self._late_lock:
+                if self._late_ok is None and self.writer.late:
+                    self._late_ok = False
+                    self.manifest.late = _UNRESOLVED
+        reported = self.resolve() if self.writer.late else True
+        self.child = None
         try:
-            with os.fdopen(reader, "rb") as pipe:
-                said = pipe.read()
+            with pipe:
+                said = self._said + pipe.read()
         except OSError:
-            said = b""
+            said = self._said
         _pid, status = os.waitpid(pid, 0)
-        if kill or os.waitstatus_to_exitcode(status) == 0:
+        if kill:
+            return
+        if os.waitstatus_to_exitcode(status) == 0:
+            if not reported:
+                raise OSError(errno.EIO, "the process writing the blobs sent no digests", None)
             return
         code, _, rest = said.decode("utf-8", "replace").partition("|")
         filename, _, message = rest.partition("|")
@@ -302,6 +460,9 @@ class Snapshot:
         for s in self.staged or ():
             with contextlib.suppress(OSError):
                 os.unlink(s.temp)
+        if self.completion is not None:  # (the files it names, which a killed child left)
+            pending.discard_completion(self.completion, self.committer.ctx.backend)
+            self.completion = None
         self.settle()
         self.staged = None
 
@@ -321,6 +482,10 @@ class Snapshot:
         Removed without a folder fsync: a record that outlives a crash names a commit that
         is published already (or blobs that are gone), which recovery finds and drops.
         """
+        if self.completion is not None:  # (first: a record without it is looked at again)
+            with contextlib.suppress(OSError):
+                os.unlink(self.completion)
+            self.completion = None
         if self.record is not None:
             pending.remove_record(self.record)
             self.record = None
@@ -420,6 +585,8 @@ class Snapshot:
         """
         store = self.committer
         try:
+            if self.writer.late and self.staged is None:  # (never staged: taken here)
+                self._take_late_here()
             with store.ctx.backend.lock(
                 exclusive=False, timeout=store.ctx.lock_timeout, purpose="save"
             ) as locked:

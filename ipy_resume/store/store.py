@@ -42,7 +42,15 @@ from ipy_resume.store.reader import forget_verified as forget_read
 from ipy_resume.store.results import Listed, SaveResult
 from ipy_resume.store.retention import GcReport
 from ipy_resume.store.snapshot import Snapshot
-from ipy_resume.store.writing import MISSING, PACK_TARGET, PACK_VALUE_MAX, Linker, Writer, build
+from ipy_resume.store.writing import (
+    MISSING,
+    PACK_TARGET,
+    PACK_VALUE_MAX,
+    LateDigest,
+    Linker,
+    Writer,
+    build,
+)
 
 __all__ = [
     "MISSING",
@@ -299,6 +307,7 @@ class Store:
         info: Mapping[str, Any] | None = None,
         complete: bool = True,
         linker: Linker | None = None,
+        late_digests: Mapping[str, LateDigest] | None = None,
     ) -> SaveResult:
         """Store *values* and *extras* as a new checkpoint of (cell_id, key).
 
@@ -311,6 +320,10 @@ class Store:
         ``SaveResult.failed`` (an extra as ``"extra:<name>"``); the checkpoint
         is then incomplete, as it is with ``complete=False``.  An OS error
         raises :class:`SaveError`; nothing is committed then.
+
+        *late_digests* names values whose fingerprints go in ``info['output_digests']``
+        (name -> function giving the hex fingerprint): a :meth:`snapshot` takes those of
+        large arrays after the cell returned (see :mod:`ipy_resume.store.late`).
         """
         check_cell_id(cell_id)
         check_key(key)
@@ -335,7 +348,16 @@ class Store:
             with self.committer.saving() as locked:
                 writer.touch = not locked
                 m, failed = build(
-                    writer, ident, cell_id, key, values, extras, info_doc, complete, linker
+                    writer,
+                    ident,
+                    cell_id,
+                    key,
+                    values,
+                    extras,
+                    info_doc,
+                    complete,
+                    linker,
+                    late_digests,
                 )
                 m.seed_base = seed_base
                 m.bytes_written = writer.bytes_written
@@ -360,6 +382,7 @@ class Store:
         info: Mapping[str, Any] | None = None,
         complete: bool = True,
         linker: Linker | None = None,
+        late_digests: Mapping[str, LateDigest] | None = None,
     ) -> Snapshot:
         """Serialise a save of *values* to memory now; write it later with ``commit``.
 
@@ -402,6 +425,7 @@ class Store:
                 info_doc,
                 complete,
                 linker,
+                late_digests,
             )
         except lock.StoreLocked as exc:
             held.close()

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import platform
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePath
 from typing import Any, Protocol
 
 import numpy as np
 
 from ipy_resume.runtime import modrefs
-from ipy_resume.store import blobs, codecs, manifest, prehash
+from ipy_resume.store import blobs, codecs, late, manifest, prehash
 from ipy_resume.store.blobs import SHA256, XXH3
 from ipy_resume.store.manifest import BlobRef, Manifest
+
+LateDigest = Callable[[object], str | None]
+"""A value's hex fingerprint, or None when it has none (see :func:`build`'s *late*)."""
 
 __all__ = [
     "EXTRA_PREFIX",
@@ -69,7 +72,9 @@ def versions() -> dict[str, str]:
         # imported it before its manifest is built, and a kernel that saves no array
         # does not pay ~20 ms to import it for a line of `show`
         h5py = sys.modules["h5py"]
-        _versions_cache.update(h5py=h5py.__version__, hdf5=h5py.version.hdf5_version)
+        version = getattr(h5py, "version", None)  # (None: a helper thread imports it still)
+        if version is not None and hasattr(version, "hdf5_version"):
+            _versions_cache.update(h5py=version.version, hdf5=version.hdf5_version)
     return dict(_versions_cache)
 
 
@@ -123,6 +128,20 @@ def token(checkpoint_id: str, name: str) -> str:
     return f"{checkpoint_id}/{name}"
 
 
+def _array_ref(address: str, plan: codecs.ArrayPlan) -> BlobRef:
+    return BlobRef(
+        "hdf5",
+        address,
+        XXH3,
+        address,
+        plan.size,
+        offset=plan.offset,
+        dtype=plan.dtype,
+        shape=plan.shape,
+        order=plan.order,
+    )
+
+
 class Writer:
     """Turns the values of one save into blobs, tracking refs and bytes written."""
 
@@ -148,6 +167,10 @@ class Writer:
         self.members: set[int] = set()
         # values of earlier checkpoints stored again with this one (see Linker.holders)
         self.added: dict[str, object] = {}
+        # arrays whose digests the commit takes (see ipy_resume.store.late), and the
+        # fingerprints of the values asked for late that were taken now instead
+        self.late: list[late.LateArray] = []
+        self.late_digests: dict[str, str] = {}
 
     def _put(self, address: str, chunks: Iterable[Any], size: int) -> None:
         if self.deferred is not None:
@@ -188,17 +211,19 @@ class Writer:
         """Store an array laid out by :func:`codecs.plan_array` as an HDF5 blob."""
         address = prehash.address(plan)
         self._put(address, plan.chunks(), plan.size)
-        self.refs[slot] = BlobRef(
-            "hdf5",
-            address,
-            XXH3,
-            address,
-            plan.size,
-            offset=plan.offset,
-            dtype=plan.dtype,
-            shape=plan.shape,
-            order=plan.order,
-        )
+        self.refs[slot] = _array_ref(address, plan)
+
+    def add_late_array(
+        self, slot: str, plan: codecs.ArrayPlan, value: object, fingerprint: LateDigest
+    ) -> None:
+        """:meth:`add_array` of a deferred save's large array, its address still unknown: the
+        manifest names a placeholder until the commit takes the digests (see :mod:`.late`)."""
+        assert self.deferred is not None
+        address = late.placeholder(len(self.late))
+        self.late.append(late.LateArray(address, slot[2:], plan, value, fingerprint))
+        self.deferred.append((address, list(plan.chunks()), plan.size))
+        self._sound.add(address)
+        self.refs[slot] = _array_ref(address, plan)
 
     def add_group(
         self,
@@ -443,15 +468,30 @@ def build(
     info_doc: dict[str, Any],
     complete: bool,
     linker: Linker | None,
+    late_digests: Mapping[str, LateDigest] | None = None,
 ) -> tuple[Manifest, dict[str, str]]:
     """Turn *values* and *extras* into blobs (through *writer*) and the manifest, and
     name the values that could not be stored.
 
+    *late_digests*: values whose fingerprints go in ``info['output_digests']`` (name ->
+    function giving it), taken by the commit for a deferred save's large arrays (see
+    :mod:`ipy_resume.store.late`), here for the others.
+
     >>> m, failed = build(Writer(store.blobs), new_id, "c", key, {"x": 1}, {}, {}, True, None)  # doctest: +SKIP
     """
     failed: dict[str, str] = {}
-    for slot, reason in _write_values(writer, values, linker, ident).items():
+    late_digests = late_digests or {}
+    for slot, reason in _write_values(writer, values, linker, ident, late_digests).items():
         failed[slot[2:]] = reason
+    for name, fingerprint in late_digests.items():
+        if name in values and not any(item.name == name for item in writer.late):
+            digest = fingerprint(values[name])
+            if digest is not None:
+                writer.late_digests[name] = digest
+    if writer.late_digests:
+        recorded = info_doc.get(late.DIGESTS_INFO)
+        recorded = dict(recorded) if isinstance(recorded, dict) else {}
+        info_doc[late.DIGESTS_INFO] = {**recorded, **writer.late_digests}
     for name, value in extras.items():
         try:
             writer.add(f"x:{name}", value)
@@ -490,7 +530,11 @@ def build(
 
 
 def _write_values(
-    writer: Writer, values: Mapping[str, object], linker: Linker | None, ident: str
+    writer: Writer,
+    values: Mapping[str, object],
+    linker: Linker | None,
+    ident: str,
+    late_digests: Mapping[str, LateDigest],
 ) -> dict[str, str]:
     """Top-level arrays that own their memory as HDF5 blobs, the rest as one group."""
     owners: set[int] = set()
@@ -533,6 +577,9 @@ def _write_values(
             group[slot] = codecs.ModuleAttribute(*where)
         elif plan is None:
             group[slot] = value
+        elif name in late_digests and writer.deferred is not None and plan.size >= late.LATE_MIN:
+            writer.add_late_array(slot, plan, value, late_digests[name])
+            hdf5[slot] = value
         else:
             writer.add_array(slot, plan)
             hdf5[slot] = value
