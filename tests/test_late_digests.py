@@ -212,3 +212,35 @@ def test_a_later_cell_links_to_an_array_whose_digests_are_not_in_yet(isolated: P
         InteractiveShell.clear_instance()
     ran = [m for m in store.manifests() if m.cell_id in ("big", "hold")]
     assert len(ran) == 2  # both restored: nothing saved again
+
+
+NO_H5PY = """
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+config = Config()
+config.HistoryManager.hist_file = ":memory:"
+sh = InteractiveShell.instance(config=config)
+sh.run_line_magic("load_ext", "ipy_resume")
+assert sh.run_cell("import numpy as np").success
+assert sh.run_cell("%%checkpoint big\\nY = np.arange(2_000_000.0)").success
+after_cell = "h5py" in sys.modules
+from ipy_resume.store import background
+assert background.flush()
+print(after_cell, "h5py" in sys.modules)
+"""
+
+
+def test_a_kernel_whose_saved_arrays_are_all_late_never_imports_h5py(isolated: Path) -> None:
+    # (importing it costs 0.1-0.2 s: the child lays the blob out instead)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("IPY_RESUME_BACKGROUND", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_H5PY], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False"], proc.stdout
+    store = Store(isolated / "store")
+    (m,) = [m for m in store.manifests() if m.cell_id == "big"]
+    assert np.array_equal(store.load_values(m)["Y"], np.arange(2_000_000.0))  # type: ignore[arg-type]
+    assert store.verify() == []

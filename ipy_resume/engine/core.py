@@ -28,7 +28,7 @@ from ..runtime import file_deps, settings
 from ..runtime.analysis import AnalysisError, analyze
 from ..runtime.capture import OutputRecord
 from ..runtime.units import format_size
-from ..store import Store, StoreError, background, codecs, location, prehash
+from ..store import Store, StoreError, background, location, prehash
 from ..store.journal import STAMP, Event
 from ..store.manifest import Manifest
 from . import restoring, rng
@@ -783,7 +783,6 @@ class Engine:
             starred = dict(namespace)  # (holding the values: no address is reused meanwhile)
         settings_before = settings.snapshot()
         reached = reached_state(namespace, plan)
-        codecs.preload_hdf5()  # (what the save of an array needs, imported while it runs)
         self._seed(plan)
         started = time.perf_counter()
         global _active

@@ -9,12 +9,9 @@ share it again after a load; :mod:`.codecs` builds on them for pickled values.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import json
-import sys
-import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,8 +33,8 @@ __all__ = [
     "dtype_to_json",
     "flat",
     "plan_array",
-    "preload_hdf5",
     "sibling_roots",
+    "simple_layout",
     "whole_view",
 ]
 
@@ -175,41 +172,6 @@ class _SparseFile(io.RawIOBase):
         return bytes(buf)
 
 
-_preloading: threading.Thread | None = None
-
-
-def preload_hdf5() -> None:
-    """Start importing h5py on a helper thread, once, when numpy is in use and h5py is not.
-
-    The first array a process saves needs h5py for its blob's layout, and importing it
-    costs 0.1-0.2 s: taken while the first checkpointed cell runs, not after it.  The
-    import holds the interpreter lock for part of that time, which a cell in numpy's C code
-    (that lets go of it) does not feel.  :func:`plan_array` imports h5py as before, waiting
-    for the helper when it is still at work.
-
-    >>> preload_hdf5(); hdf5_loaded()
-    """
-    global _preloading
-    if _preloading is not None or "h5py" in sys.modules or "numpy" not in sys.modules:
-        return
-    # Not a daemon: an interpreter that exits while a thread is inside h5py's initialisation
-    # crashes, and only other threads are waited for before the exit begins.
-    _preloading = threading.Thread(target=_import_hdf5, name="ipy-resume-h5py")
-    _preloading.start()
-
-
-def _import_hdf5() -> None:
-    with contextlib.suppress(Exception):  # (said where an array is planned: there it matters)
-        import h5py  # noqa: F401
-
-
-def hdf5_loaded() -> None:
-    """Wait for :func:`preload_hdf5`'s import (before a fork: the child must not inherit
-    an import half done by a thread it does not have)."""
-    if _preloading is not None:
-        _preloading.join()
-
-
 def _h5_type(dtype: np.dtype[Any]) -> Any:
     import h5py
 
@@ -262,6 +224,34 @@ def array_blob_eligible(value: object) -> bool:
         and not value.dtype.hasobject
         and value.dtype.itemsize > 0
         and value.nbytes >= ARRAY_BLOB_MIN
+    )
+
+
+# dtypes every HDF5 build describes, whose file layout needs no h5py to be known ahead
+_SIMPLE_KINDS = frozenset("biufc")
+
+
+def simple_layout(value: object) -> bool:
+    """Whether *value* is an array :func:`plan_array` lays out as HDF5 for certain, without
+    a copy: contiguous, of a plain numeric dtype in native order.  Such an array's plan may
+    be made later, elsewhere (the forked writer, see :mod:`.late`) without h5py here.
+
+    >>> simple_layout(np.zeros((300, 300))), simple_layout(np.zeros((300, 300))[:, ::2])
+    (True, False)
+    """
+    if not array_blob_eligible(value):
+        return False
+    assert isinstance(value, np.ndarray)
+    dtype = value.dtype
+    return (
+        dtype.kind in _SIMPLE_KINDS
+        and dtype.isnative
+        and dtype.fields is None
+        and dtype.subdtype is None
+        and not dtype.metadata
+        and dtype.itemsize <= 16
+        and dtype != np.longdouble
+        and (value.flags.c_contiguous or value.flags.f_contiguous)
     )
 
 

@@ -80,8 +80,8 @@ from ipy_resume.store.arrays import (  # noqa: F401 - re-exported: callers name 
     dtype_to_json,
     flat,
     plan_array,
-    preload_hdf5,
     sibling_roots,
+    simple_layout,
     whole_view,
 )
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ipy_resume.store import blobs
-from ipy_resume.store.arrays import ArrayPlan
+from ipy_resume.store.arrays import ArrayPlan, plan_array
 from ipy_resume.store.blobs import XXH3
 from ipy_resume.store.manifest import Manifest
 
@@ -60,8 +60,9 @@ than the bookkeeping (an 8 MB array hashes in well under a millisecond)."""
 DIGESTS_INFO = "output_digests"
 """The manifest's ``info`` entry the fingerprints go in (name -> hex), beside the others'."""
 
-Taken = dict[str, tuple[str, str | None]]
-"""placeholder -> (blob address, hex fingerprint of the value, None when it has none)."""
+Taken = dict[str, tuple[str, str | None, int, int]]
+"""placeholder -> (blob address, hex fingerprint of the value or None when it has none,
+offset of the data in the blob, size of the blob)."""
 
 
 @dataclass
@@ -70,14 +71,25 @@ class LateArray:
 
     *fingerprint* gives the value's hex fingerprint (the caller's: the store knows nothing
     of fingerprints); it runs in the forked child, so it must take no lock another thread
-    of the kernel may hold.
+    of the kernel may hold.  The HDF5 layout (*plan*) is made there too, by :func:`take`:
+    the kernel need not import h5py for a save whose arrays are all late.
     """
 
     placeholder: str
     name: str
-    plan: ArrayPlan
-    value: object
+    value: Any  # an array of :func:`arrays.simple_layout`
     fingerprint: Callable[[object], str | None]
+    plan: ArrayPlan | None = None
+
+    @property
+    def estimate(self) -> int:
+        """The blob's size as far as it is known before its layout is (a few KB more)."""
+        return self.plan.size if self.plan is not None else int(self.value.nbytes) + 2 * 4096
+
+    def chunks(self) -> list[Any]:
+        """The blob's bytes (its layout made first, by :func:`take`)."""
+        assert self.plan is not None
+        return list(self.plan.chunks())
 
 
 def placeholder(index: int) -> str:
@@ -103,20 +115,26 @@ def take(items: list[LateArray]) -> Taken:
 
     xxh3 lets go of the interpreter lock, so on two cores the two passes cost about one.
 
+    Each item's HDF5 layout is made first (importing h5py where it is not yet).
+
     >>> import numpy as np
-    >>> from ipy_resume.store.arrays import plan_array
     >>> y = np.ones(1 << 20)
-    >>> t = take([LateArray(placeholder(0), "y", plan_array(y), y, lambda v: "ab")])
+    >>> t = take([LateArray(placeholder(0), "y", y, lambda v: "ab")])
     >>> t[placeholder(0)][1]
     'ab'
     """
+    for item in items:
+        if item.plan is None:
+            item.plan = plan_array(item.value)
+        if item.plan is None:  # (simple_layout said it would not be)
+            raise ValueError(f"{item.name} cannot be laid out as HDF5")
     addresses: dict[str, str] = {}
     failure: list[BaseException] = []
 
     def blob_digests() -> None:
         try:
             for item in items:
-                addresses[item.placeholder] = blobs.digest(XXH3, item.plan.chunks())
+                addresses[item.placeholder] = blobs.digest(XXH3, item.chunks())
         except BaseException as exc:  # (said by the caller, below)
             failure.append(exc)
 
@@ -128,7 +146,16 @@ def take(items: list[LateArray]) -> Taken:
         helper.join()
     if failure:
         raise failure[0]
-    return {p: (addresses[p], prints[p]) for p in prints}
+    return {
+        item.placeholder: (
+            addresses[item.placeholder],
+            prints[item.placeholder],
+            item.plan.offset,
+            item.plan.size,
+        )
+        for item in items
+        if item.plan is not None
+    }
 
 
 def apply(manifest: Manifest, items: list[LateArray], taken: Taken) -> None:
@@ -139,19 +166,22 @@ def apply(manifest: Manifest, items: list[LateArray], taken: Taken) -> None:
     recorded = manifest.info.get(DIGESTS_INFO)
     recorded = dict(recorded) if isinstance(recorded, dict) else {}
     for item in items:
-        address, fingerprint = taken[item.placeholder]
+        address, fingerprint, offset, size = taken[item.placeholder]
         ref = manifest.values[item.name]
-        manifest.values[item.name] = dataclasses.replace(ref, blob=address, checksum=address)
+        manifest.values[item.name] = dataclasses.replace(
+            ref, blob=address, checksum=address, offset=offset, size=size
+        )
         if fingerprint is not None:
             recorded[item.name] = fingerprint
     manifest.info[DIGESTS_INFO] = recorded
+    manifest.bytes = sum(r.size for r in manifest.blob_refs())
 
 
 def report(taken: Taken, temps: Mapping[str, str], dirs: list[str]) -> bytes:
     """The child's line to the kernel: the digests, the staged files, the folders it made.
 
-    >>> parse_report(report({"p": ("a", "f")}, {"a": "objects/.tmp"}, []))
-    ({'p': ('a', 'f')}, {'a': 'objects/.tmp'}, [])
+    >>> parse_report(report({"p": ("a", "f", 4096, 8192)}, {"a": "objects/.tmp"}, []))
+    ({'p': ('a', 'f', 4096, 8192)}, {'a': 'objects/.tmp'}, [])
     """
     import json
 
@@ -167,7 +197,8 @@ def parse_report(line: bytes) -> tuple[Taken, dict[str, str], list[str]]:
         raise ValueError("no digests from the writing process")
     doc: Any = json.loads(line[1:])
     taken: Taken = {
-        str(p): (str(a), None if f is None else str(f)) for p, (a, f) in doc["taken"].items()
+        str(p): (str(a), None if f is None else str(f), int(o), int(n))
+        for p, (a, f, o, n) in doc["taken"].items()
     }
     temps = {str(a): str(t) for a, t in doc["temps"].items()}
     return taken, temps, [str(d) for d in doc["dirs"]]

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ipy_resume.store import arrays, fsio, late, lock, manifest, pending
+from ipy_resume.store import fsio, late, lock, manifest, pending
 from ipy_resume.store.manifest import Manifest
 from ipy_resume.store.results import SaveResult
 
@@ -87,7 +87,6 @@ def _fork_writer(
     child killed with it would lose a save the cell has already returned from (the
     kernel's commit record names the child, and the next reader commits its bytes).
     """
-    arrays.hdf5_loaded()
     reader, writer = os.pipe()
     try:
         pid = os.fork()
@@ -234,7 +233,7 @@ class Snapshot:
             )
             staged += made
             self.manifest.bytes_written = sum(s.size for s in staged) + sum(
-                item.plan.size for item in writer.late
+                item.estimate for item in writer.late
             )
             record_key = pending.record_key(self.manifest.id)
             backend.make_parents(record_key, dirs=self.new_dirs)
@@ -301,18 +300,19 @@ class Snapshot:
         items, writer.late = writer.late, []
         taken = late.take(items)
         late.apply(self.manifest, items, taken)
-        address = {p: a for p, (a, _f) in taken.items()}
+        by_placeholder = {item.placeholder: item for item in items}
         kept: list[tuple[str, list[Any], int]] = []
         resolved: list[tuple[str, list[Any], int]] = []
         seen: set[str] = set()
         for blob, chunks, size in writer.deferred or ():
-            if blob not in address:
+            item = by_placeholder.get(blob)
+            if item is None:
                 kept.append((blob, chunks, size))
                 continue
-            real = address[blob]
+            real, size = taken[blob][0], taken[blob][3]
             # present already, or the same bytes twice in this save: nothing more to write
             if real not in seen and not self.committer.ctx.blobs.exists(real, size):
-                resolved.append((real, chunks, size))
+                resolved.append((real, item.chunks(), size))
             seen.add(real)
         writer.deferred = kept + resolved
         return resolved
@@ -329,15 +329,15 @@ class Snapshot:
         staged: list[pending.Staged] = []
         temps: dict[str, str] = {}
         for item in items:
-            address = taken[item.placeholder][0]
-            if address in temps or store.ctx.blobs.exists(address, item.plan.size):
+            address, _fingerprint, _offset, size = taken[item.placeholder]
+            if address in temps or store.ctx.blobs.exists(address, size):
                 continue
             key = backend.temp_key(store.ctx.blobs.key(address))
             backend.make_parents(key, dirs=dirs)
             temps[address] = key
             temp = backend.local_path(key)
-            todo.append((address, list(item.plan.chunks()), item.plan.size, temp))
-            staged.append(pending.Staged(temp, address, item.plan.size, key))
+            todo.append((address, item.chunks(), size, temp))
+            staged.append(pending.Staged(temp, address, size, key))
         data = manifest.encode(self.manifest, store.ctx.key)
         where = backend.local_path(late.completion_key(pending.record_key(self.manifest.id)))
         pending.write_completion(where, pending.record_bytes(data, [*(self.staged or ()), *staged]))
@@ -361,7 +361,7 @@ class Snapshot:
                     raise ValueError("no writing process")
                 line = child[1].readline()
                 taken, temps, dirs = late.parse_report(line)
-                sizes = {taken[item.placeholder][0]: item.plan.size for item in items}
+                sizes = {address: size for address, _f, _o, size in taken.values()}
                 backend = self.committer.ctx.backend
                 late.apply(self.manifest, items, taken)
                 for address, key in temps.items():

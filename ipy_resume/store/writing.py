@@ -213,17 +213,27 @@ class Writer:
         self._put(address, plan.chunks(), plan.size)
         self.refs[slot] = _array_ref(address, plan)
 
-    def add_late_array(
-        self, slot: str, plan: codecs.ArrayPlan, value: object, fingerprint: LateDigest
-    ) -> None:
-        """:meth:`add_array` of a deferred save's large array, its address still unknown: the
-        manifest names a placeholder until the commit takes the digests (see :mod:`.late`)."""
+    def add_late_array(self, slot: str, value: np.ndarray, fingerprint: LateDigest) -> None:
+        """:meth:`add_array` of a deferred save's large array whose layout, address and
+        fingerprint the commit takes (see :mod:`.late`): the manifest names a placeholder
+        until then, with the size as far as it is known."""
         assert self.deferred is not None
         address = late.placeholder(len(self.late))
-        self.late.append(late.LateArray(address, slot[2:], plan, value, fingerprint))
-        self.deferred.append((address, list(plan.chunks()), plan.size))
+        item = late.LateArray(address, slot[2:], value, fingerprint)
+        self.late.append(item)
+        self.deferred.append((address, [], item.estimate))
         self._sound.add(address)
-        self.refs[slot] = _array_ref(address, plan)
+        order = "C" if value.flags.c_contiguous else "F"
+        self.refs[slot] = BlobRef(
+            "hdf5",
+            address,
+            XXH3,
+            address,
+            item.estimate,
+            dtype=codecs.dtype_to_json(value.dtype),
+            shape=tuple(int(n) for n in value.shape),
+            order=order,
+        )
 
     def add_group(
         self,
@@ -571,15 +581,23 @@ def _write_values(
         seen.add(id(value))
         if not shared and linker is not None and type(value) is np.ndarray:
             shared = bool(linker.holders({id(value)}))  # inside an earlier value
+        if (
+            not shared
+            and name in late_digests
+            and writer.deferred is not None
+            and isinstance(value, np.ndarray)
+            and value.nbytes >= late.LATE_MIN
+            and codecs.simple_layout(value)
+        ):
+            writer.add_late_array(slot, value, late_digests[name])
+            hdf5[slot] = value
+            continue
         plan = None if shared else codecs.plan_array(value)
         where = modrefs.lookup(value) if plan is None else None
         if where is not None:
             group[slot] = codecs.ModuleAttribute(*where)
         elif plan is None:
             group[slot] = value
-        elif name in late_digests and writer.deferred is not None and plan.size >= late.LATE_MIN:
-            writer.add_late_array(slot, plan, value, late_digests[name])
-            hdf5[slot] = value
         else:
             writer.add_array(slot, plan)
             hdf5[slot] = value
