@@ -168,7 +168,7 @@ def test_a_child_that_fails_to_hash_fails_the_save_and_keeps_the_values(
     assert staged_files(isolated / "store") == []
 
 
-SAVE = """
+SHELL = """
 import os, sys
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
@@ -177,12 +177,18 @@ config.HistoryManager.hist_file = ":memory:"
 sh = InteractiveShell.instance(config=config)
 sh.run_line_magic("load_ext", "ipy_resume")
 assert sh.run_cell("import numpy as np").success
+"""
+
+SAVE = (
+    SHELL
+    + """
 assert sh.run_cell("%%checkpoint big\\nY = np.arange(2_000_000.0)").success
 # at once, while the writer's child may still be hashing Y
 assert sh.run_cell("%%checkpoint hold\\nholder = {'Y': Y}").success
 from ipy_resume.store import background
 assert background.flush()
 """
+)
 
 
 def test_a_later_cell_links_to_an_array_whose_digests_are_not_in_yet(isolated: Path) -> None:
@@ -214,21 +220,16 @@ def test_a_later_cell_links_to_an_array_whose_digests_are_not_in_yet(isolated: P
     assert len(ran) == 2  # both restored: nothing saved again
 
 
-NO_H5PY = """
-import sys
-from IPython.core.interactiveshell import InteractiveShell
-from traitlets.config import Config
-config = Config()
-config.HistoryManager.hist_file = ":memory:"
-sh = InteractiveShell.instance(config=config)
-sh.run_line_magic("load_ext", "ipy_resume")
-assert sh.run_cell("import numpy as np").success
+NO_H5PY = (
+    SHELL
+    + """
 assert sh.run_cell("%%checkpoint big\\nY = np.arange(2_000_000.0)").success
 after_cell = "h5py" in sys.modules
 from ipy_resume.store import background
 assert background.flush()
 print(after_cell, "h5py" in sys.modules)
 """
+)
 
 
 def test_a_kernel_whose_saved_arrays_are_all_late_never_imports_h5py(isolated: Path) -> None:
