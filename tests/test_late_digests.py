@@ -243,5 +243,8 @@ def test_a_kernel_whose_saved_arrays_are_all_late_never_imports_h5py(isolated: P
     assert proc.stdout.split() == ["False", "False"], proc.stdout
     store = Store(isolated / "store")
     (m,) = [m for m in store.manifests() if m.cell_id == "big"]
+    import h5py
+
+    assert m.versions.get("h5py") == h5py.__version__  # (laid out by the child's h5py)
     assert np.array_equal(store.load_values(m)["Y"], np.arange(2_000_000.0))  # type: ignore[arg-type]
     assert store.verify() == []

@@ -31,6 +31,7 @@ no ``fork``) the digests are taken in the kernel before staging, as before.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ __all__ = [
     "Taken",
     "apply",
     "completion_key",
+    "layout_versions",
     "parse_report",
     "placeholder",
     "report",
@@ -158,8 +160,24 @@ def take(items: list[LateArray]) -> Taken:
     }
 
 
-def apply(manifest: Manifest, items: list[LateArray], taken: Taken) -> None:
-    """Put the digests *taken* into *manifest* in place of the placeholders.
+def layout_versions() -> dict[str, str]:
+    """The h5py and HDF5 versions the blobs were laid out with (after :func:`take`): what a
+    manifest records, which the kernel may not know (it need not import h5py).
+
+    >>> sorted(layout_versions()) in ([], ["h5py", "hdf5"])
+    True
+    """
+    h5py = sys.modules.get("h5py")
+    if h5py is None:
+        return {}
+    return {"h5py": h5py.__version__, "hdf5": h5py.version.hdf5_version}
+
+
+def apply(
+    manifest: Manifest, items: list[LateArray], taken: Taken, versions: Mapping[str, str]
+) -> None:
+    """Put the digests *taken* and the layout's *versions* into *manifest* in place of the
+    placeholders.
 
     >>> apply(m, [], {})  # doctest: +SKIP
     """
@@ -174,22 +192,26 @@ def apply(manifest: Manifest, items: list[LateArray], taken: Taken) -> None:
         if fingerprint is not None:
             recorded[item.name] = fingerprint
     manifest.info[DIGESTS_INFO] = recorded
+    manifest.versions = {**manifest.versions, **versions}
     manifest.bytes = sum(r.size for r in manifest.blob_refs())
 
 
-def report(taken: Taken, temps: Mapping[str, str], dirs: list[str]) -> bytes:
-    """The child's line to the kernel: the digests, the staged files, the folders it made.
+def report(
+    taken: Taken, temps: Mapping[str, str], dirs: list[str], versions: Mapping[str, str]
+) -> bytes:
+    """The child's line to the kernel: the digests, the staged files, the folders it made
+    and the layout's versions.
 
-    >>> parse_report(report({"p": ("a", "f", 4096, 8192)}, {"a": "objects/.tmp"}, []))
-    ({'p': ('a', 'f', 4096, 8192)}, {'a': 'objects/.tmp'}, [])
+    >>> parse_report(report({"p": ("a", "f", 4096, 8192)}, {"a": "objects/.tmp"}, [], {}))
+    ({'p': ('a', 'f', 4096, 8192)}, {'a': 'objects/.tmp'}, [], {})
     """
     import json
 
-    doc = {"taken": taken, "temps": dict(temps), "dirs": dirs}
+    doc = {"taken": taken, "temps": dict(temps), "dirs": dirs, "versions": dict(versions)}
     return b"L" + json.dumps(doc).encode("utf-8") + b"\n"
 
 
-def parse_report(line: bytes) -> tuple[Taken, dict[str, str], list[str]]:
+def parse_report(line: bytes) -> tuple[Taken, dict[str, str], list[str], dict[str, str]]:
     """What :func:`report` wrote; ValueError for anything else (the child failed first)."""
     import json
 
@@ -201,4 +223,5 @@ def parse_report(line: bytes) -> tuple[Taken, dict[str, str], list[str]]:
         for p, (a, f, o, n) in doc["taken"].items()
     }
     temps = {str(a): str(t) for a, t in doc["temps"].items()}
-    return taken, temps, [str(d) for d in doc["dirs"]]
+    versions = {str(k): str(v) for k, v in doc["versions"].items()}
+    return taken, temps, [str(d) for d in doc["dirs"]], versions

@@ -299,7 +299,7 @@ class Snapshot:
         writer = self.writer
         items, writer.late = writer.late, []
         taken = late.take(items)
-        late.apply(self.manifest, items, taken)
+        late.apply(self.manifest, items, taken, late.layout_versions())
         by_placeholder = {item.placeholder: item for item in items}
         kept: list[tuple[str, list[Any], int]] = []
         resolved: list[tuple[str, list[Any], int]] = []
@@ -323,7 +323,8 @@ class Snapshot:
         backend = store.ctx.backend
         items = writer.late
         taken = late.take(items)
-        late.apply(self.manifest, items, taken)  # (the child's own copy of it)
+        versions = late.layout_versions()
+        late.apply(self.manifest, items, taken, versions)  # (the child's own copy of it)
         dirs: set[Path] = set()
         todo: _Todo = []
         staged: list[pending.Staged] = []
@@ -341,7 +342,7 @@ class Snapshot:
         data = manifest.encode(self.manifest, store.ctx.key)
         where = backend.local_path(late.completion_key(pending.record_key(self.manifest.id)))
         pending.write_completion(where, pending.record_bytes(data, [*(self.staged or ()), *staged]))
-        return late.report(taken, temps, sorted(map(os.fspath, dirs))), todo
+        return late.report(taken, temps, sorted(map(os.fspath, dirs)), versions), todo
 
     def resolve(self) -> bool:
         """Wait for the late arrays' digests and put them in the manifest; False when the
@@ -360,15 +361,17 @@ class Snapshot:
                 if child is None:
                     raise ValueError("no writing process")
                 line = child[1].readline()
-                taken, temps, dirs = late.parse_report(line)
+                taken, temps, dirs, versions = late.parse_report(line)
                 sizes = {address: size for address, _f, _o, size in taken.values()}
                 backend = self.committer.ctx.backend
-                late.apply(self.manifest, items, taken)
-                for address, key in temps.items():
-                    self.staged = [
-                        *(self.staged or ()),
-                        pending.Staged(backend.local_path(key), address, sizes[address], key),
-                    ]
+                late.apply(self.manifest, items, taken, versions)
+                self.staged = [
+                    *(self.staged or ()),
+                    *(
+                        pending.Staged(backend.local_path(key), address, sizes[address], key)
+                        for address, key in temps.items()
+                    ),
+                ]
                 self.new_dirs.update(Path(d) for d in dirs)
                 self.encoded = None  # (signed again, complete, when published)
                 ok = True

@@ -72,9 +72,7 @@ def versions() -> dict[str, str]:
         # imported it before its manifest is built, and a kernel that saves no array
         # does not pay ~20 ms to import it for a line of `show`
         h5py = sys.modules["h5py"]
-        version = getattr(h5py, "version", None)  # (None: a helper thread imports it still)
-        if version is not None and hasattr(version, "hdf5_version"):
-            _versions_cache.update(h5py=version.version, hdf5=version.hdf5_version)
+        _versions_cache.update(h5py=h5py.__version__, hdf5=h5py.version.hdf5_version)
     return dict(_versions_cache)
 
 
