@@ -422,3 +422,45 @@ def test_backups_of_both_layouts_read(tmp_path: Path) -> None:
     path.unlink()
     assert load_or_create_key(path) == key
     assert backup.read_bytes() == older  # a sound backup of the older layout is left alone
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"XDG_DATA_HOME": "/xdg/data"},
+        {"XDG_DATA_HOME": ""},
+        {"JUPYTER_DATA_DIR": "/jd"},
+        {"JUPYTER_PLATFORM_DIRS": "1"},
+        {"JUPYTER_PLATFORM_DIRS": "0", "XDG_DATA_HOME": "/xdg/data"},
+    ],
+)
+def test_key_folder_is_jupyter_cores_without_importing_it(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # A fresh process each: whether jupyter_core is imported is what the fast path asks.
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from ipy_resume.store import signing\n"
+        "ours = signing.jupyter_data_dir()\n"
+        "imported = 'jupyter_core.paths' in sys.modules\n"
+        "from jupyter_core.paths import jupyter_data_dir\n"
+        "print(json.dumps([ours, jupyter_data_dir(), imported]))\n"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_", "XDG_"))}
+    home = tmp_path / "home"
+    (tmp_path / "real-home").mkdir()
+    home.symlink_to(tmp_path / "real-home")  # jupyter_core resolves the home folder
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**base, "HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    ours, theirs, imported = json.loads(out.stdout)
+    assert ours == theirs
+    assert imported == ("JUPYTER_PLATFORM_DIRS" in env)

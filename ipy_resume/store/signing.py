@@ -23,6 +23,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -71,9 +72,33 @@ def default_key_path() -> Path:
     override = os.environ.get(KEY_FILE_ENV)
     if override:
         return Path(override).expanduser()
-    from jupyter_core.paths import jupyter_data_dir
-
     return Path(jupyter_data_dir()) / "ipy_resume" / "signing.key"
+
+
+def jupyter_data_dir() -> str:
+    """``jupyter_core.paths.jupyter_data_dir()``, without importing it where its answer
+    is plain: ``$JUPYTER_DATA_DIR``, or the XDG folder on Linux and other Unixes.
+
+    Outside a kernel (a terminal, ``ipy-resume``) nothing has imported jupyter_core, and
+    its import (platformdirs, a dozen regular expressions) was most of the first
+    checkpoint's fixed cost in a new process.  Where jupyter_core is imported, or decides
+    by rules of its own (macOS, Windows, ``$JUPYTER_PLATFORM_DIRS``), it answers.
+
+    >>> import os; os.environ["JUPYTER_DATA_DIR"] = "/data/j"; jupyter_data_dir()
+    '/data/j'
+    >>> del os.environ["JUPYTER_DATA_DIR"]
+    """
+    env = os.environ
+    if "jupyter_core.paths" not in sys.modules:
+        if env.get("JUPYTER_DATA_DIR"):
+            return env["JUPYTER_DATA_DIR"]
+        if sys.platform not in ("darwin", "win32") and "JUPYTER_PLATFORM_DIRS" not in env:
+            home = str(Path("~").expanduser().resolve())
+            xdg = env.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+            return os.path.join(xdg, "jupyter")
+    from jupyter_core.paths import jupyter_data_dir as theirs
+
+    return str(theirs())
 
 
 def backup_path(path: str | os.PathLike[str]) -> Path:
