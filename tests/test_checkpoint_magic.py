@@ -452,3 +452,53 @@ def test_a_restore_stopped_by_a_damaged_blob_says_the_kernel_is_unchanged(
         assert "execute again" not in said and "recomputed" not in said, said
         assert "Nothing was restored: the kernel is as it was;" in said, said
         assert shell.user_ns["big"] == "changed since"
+
+
+_RESULT_PROBE = """
+import json
+from IPython.core.interactiveshell import InteractiveShell
+sh = InteractiveShell.instance()
+sh.run_line_magic("load_ext", "ipy_resume")
+seen = []
+for cell in {cells!r}:
+    assert sh.run_cell(cell).success
+    ns = sh.user_ns
+    seen.append([ns["_"] is ns.get("box"), ns["_"] is ns.get("items"), ns["_"]])
+print(json.dumps(seen))
+"""
+
+
+def test_a_result_that_is_a_stored_value_is_that_value_after_a_restore(isolated: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    # ``box`` is the first cell's value and its result: stored once, in the group, so that
+    # ``_`` restored is ``box``.  The second cell's result is a new list: a pickle of its own.
+    # Both runs are fresh interpreters (the display settings a result's key reads are theirs).
+    cells = [
+        "%%checkpoint boxed\nbox = {'items': [1, 2]}\nbox",
+        "%%checkpoint part\nitems = list(box['items'])\nsorted(items, reverse=True)",
+    ]
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", _RESULT_PROBE.format(cells=cells)],
+            env=subprocess_env(isolated),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=isolated,
+        )
+        assert out.returncode == 0, out.stderr
+        runs.append((json.loads(out.stdout.strip().splitlines()[-1]), out.stderr))
+    store = Store(isolated / "store")
+    boxed = store.history("boxed")[-1]
+    assert boxed.extras["result"] == boxed.values["box"]  # one place in one group
+    part = store.history("part")[-1]
+    assert part.extras["result"] != part.values["items"]
+    (executed, _), (restored, said) = runs
+    assert "restored 'boxed'" in said and "restored 'part'" in said
+    assert executed == restored == [[True, False, {"items": [1, 2]}], [False, False, [2, 1]]]

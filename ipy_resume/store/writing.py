@@ -500,12 +500,23 @@ def build(
         recorded = info_doc.get(late.DIGESTS_INFO)
         recorded = dict(recorded) if isinstance(recorded, dict) else {}
         info_doc[late.DIGESTS_INFO] = {**recorded, **writer.late_digests}
+    held = {id(v): f"v:{n}" for n, v in values.items() if not isinstance(v, _NO_ALIAS)}
+    aliases = {f"x:{n}": held[id(v)] for n, v in extras.items() if id(v) in held}
     for name, value in extras.items():
-        try:
-            writer.add(f"x:{name}", value)
-        except codecs.EncodeError as exc:
-            failed[EXTRA_PREFIX + name] = str(exc)
+        if f"x:{name}" not in aliases:
+            _add_extra(writer, name, value, failed)
     writer.flush()
+    # An extra that is one of the values (the cell's result is the figure it stored) names
+    # that value's place in the group: the figure is pickled once, and ``_`` restored is
+    # the stored figure, as it was.  Only a member of the group: its load hands out the
+    # object the values got.
+    for slot, target in aliases.items():
+        ref = writer.refs.get(target)
+        if ref is not None and ref.kind == "pickle" and ref.member is not None:
+            writer.refs[slot] = ref
+        else:
+            _add_extra(writer, slot[2:], extras[slot[2:]], failed)
+            writer.flush()
     names = [*values, *(n for n in writer.added if n not in values)]
     if writer.added and linker is not None:
         # so their fingerprints survive a restore like the cell's own values'
@@ -535,6 +546,17 @@ def build(
     )
     m.bytes = sum(r.size for r in m.blob_refs())
     return m, failed
+
+
+# Values whose identity nothing can observe: never worth an alias (see build)
+_NO_ALIAS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _add_extra(writer: Writer, name: str, value: object, failed: dict[str, str]) -> None:
+    try:
+        writer.add(f"x:{name}", value)
+    except codecs.EncodeError as exc:
+        failed[EXTRA_PREFIX + name] = str(exc)
 
 
 def _write_values(
