@@ -179,6 +179,18 @@ sh.run_line_magic("load_ext", "ipy_resume")
 assert sh.run_cell("import numpy as np").success
 """
 
+
+def run_script(script: str) -> subprocess.CompletedProcess[str]:
+    """*script* in a fresh interpreter (this test's store; saves in the background)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("IPY_RESUME_BACKGROUND", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 SAVE = (
     SHELL
     + """
@@ -192,12 +204,7 @@ assert background.flush()
 
 
 def test_a_later_cell_links_to_an_array_whose_digests_are_not_in_yet(isolated: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    env.pop("IPY_RESUME_BACKGROUND", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", SAVE], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_script(SAVE)
     assert "saved checkpoint" in proc.stderr
     store = Store(isolated / "store")
     (hold,) = [m for m in store.manifests() if m.cell_id == "hold"]
@@ -234,12 +241,7 @@ print(after_cell, "h5py" in sys.modules)
 
 def test_a_kernel_whose_saved_arrays_are_all_late_never_imports_h5py(isolated: Path) -> None:
     # (importing it costs 0.1-0.2 s: the child lays the blob out instead)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    env.pop("IPY_RESUME_BACKGROUND", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", NO_H5PY], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_script(NO_H5PY)
     assert proc.stdout.split() == ["False", "False"], proc.stdout
     store = Store(isolated / "store")
     (m,) = [m for m in store.manifests() if m.cell_id == "big"]
