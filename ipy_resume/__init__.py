@@ -130,6 +130,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
         register_settings(ipython)
         _wake_on_saves(ipython)
+        _index_modules_between_cells(ipython)
     # The side panel's channel; a no-op outside a kernel, idempotent inside one.
     from .frontends.comm import register
 
@@ -153,6 +154,15 @@ def _wake_on_saves(ipython: Any) -> None:
     loop = getattr(getattr(ipython, "kernel", None), "io_loop", None)
     if loop is not None and hasattr(loop, "add_callback"):
         background.set_waker(lambda: loop.add_callback(settle))
+
+
+def _index_modules_between_cells(ipython: Any) -> None:
+    """After each cell that imported modules, index their objects on a helper thread (see
+    ``runtime.modrefs.index_soon``): the next save that asks finds the index made."""
+    from .runtime import modrefs
+
+    ipython.events.register("post_run_cell", lambda *_: modrefs.index_soon())
+    modrefs.index_soon()
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -1511,3 +1511,111 @@ def test_a_top_level_list_of_floats_digests_as_the_traversal_does(
         fpcore._REGISTRY.pop(float, None)
         fpcore._clear_rule_caches()
     assert Fingerprinter().digest([1.01, 2.0]) != Fingerprinter().digest([1.0, 2.0])
+
+
+def _packed_strs_reference(tag: bytes, items: list[str]) -> bytes:
+    """The packed form of a list of strs as docs/keys.md describes it, written plainly."""
+    import xxhash
+
+    encoded = [s.encode("utf-8", "surrogatepass") for s in items]
+    body = b"str\0" + struct.pack("<Q", len(items))
+    for start in range(0, len(items), 1024):
+        run = b"".join(encoded[start : start + 1024])
+        body += struct.pack("<Q", len(run)) + run
+    body += b"".join(struct.pack("<Q", len(e)) for e in encoded)
+    pad = (7 - len(body)) % 16
+    return xxhash.xxh3_128_digest(tag + body + bytes(pad) + bytes([pad]))
+
+
+class _MyStr(str):
+    pass
+
+
+def test_lists_of_ints_or_strs_digest_packed_as_documented() -> None:
+    from ipy_resume.fingerprint.primitives import hash128
+
+    d = Fingerprinter().digest
+    ints = [-(1 << 63), -1, 0, 7, (1 << 63) - 1]
+    assert d(ints) == hash128(b"list\0i64\0" + struct.pack("<5q", *ints))
+    assert d(tuple(ints)) == hash128(b"tuple\0i64\0" + struct.pack("<5q", *ints))
+    # strs: ASCII runs and runs with other characters (a lone surrogate too), over several
+    # runs of 1,024, give the bytes of the plain encoding
+    words = [f"w{i}" for i in range(2500)]
+    words[1500] = "naïve \udcff ✓"
+    assert d(words) == _packed_strs_reference(b"list\0", words)
+    assert d(tuple(words[:9])) == _packed_strs_reference(b"tuple\0", words[:9])
+    # another process, another hash seed: the same digest
+    code = (
+        "from ipy_resume.fingerprint import Fingerprinter;"
+        "print(Fingerprinter().digest([f'w{i}' for i in range(2500)]).hex(),"
+        " Fingerprinter().digest({f'k{i}': i for i in range(50)}).hex())"
+    )
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    plain = [f"w{i}" for i in range(2500)]
+    assert out.stdout.split() == [d(plain).hex(), d({f"k{i}": i for i in range(50)}).hex()]
+
+
+def test_packed_int_and_str_digests_keep_every_difference_that_matters() -> None:
+    d = Fingerprinter().digest
+    assert d([1, 2]) != d([2, 1]) != d([1, 2, 0])
+    assert d([1, 2]) != d([True, 2]) != d([1.0, 2.0])
+    assert d([1, 2]) != d((1, 2))
+    # past 64 bits: item by item, still apart from its neighbours
+    from ipy_resume.fingerprint.primitives import atomic_int, hash128
+
+    big = [1 << 64, 1]
+    assert d(big) == hash128(b"list\0" + atomic_int(1 << 64) + atomic_int(1))
+    assert d(big) != d([(1 << 64) + 1, 1])
+    eight = ["a"] * 6
+    assert d([*eight, "ab", "c"]) != d([*eight, "a", "bc"])
+    assert d([*eight, "x", "y"]) != d([*eight, "y", "x"])
+    assert d([*eight, "x", "y"]) != d([*eight, "x", _MyStr("y")])
+    assert d([*eight, "x", "y"]) != d([*eight, "x", b"y"])
+    assert d([*eight, "x", ""]) != d([*eight, "x"])
+    # the nested form: runs of strs inside lists keep their bounds
+    assert d([["a"] * 8, ["b"] * 9]) != d([["a"] * 9, ["b"] * 8])
+
+
+def test_packed_dicts_ignore_insertion_order_and_keep_their_values_apart() -> None:
+    d = Fingerprinter().digest
+    vocabulary = {f"word{i}": i for i in range(300)}
+    reversed_order = dict(reversed(list(vocabulary.items())))
+    assert d(vocabulary) == d(reversed_order)
+    changed = dict(vocabulary, word7=8)
+    assert d(changed) != d(vocabulary)
+    assert d(vocabulary) != d({k: float(v) for k, v in vocabulary.items()})
+    assert d(vocabulary) != d({k: str(v) for k, v in vocabulary.items()})
+    assert d({i: f"v{i}" for i in range(10)}) != d({str(i): f"v{i}" for i in range(10)})
+    # keys and values cannot trade bytes between them
+    a = {f"k{i}": "x" for i in range(8)}
+    b = {f"k{i}": "x" for i in range(8)}
+    b["k0x"] = b.pop("k0")
+    b["k0x"] = ""
+    assert d(a) != d(b)
+    # mixed values and small dicts: pair by pair, as before (order still does not count)
+    mixed = {f"k{i}": (i if i % 2 else str(i)) for i in range(20)}
+    assert d(mixed) == d(dict(reversed(list(mixed.items()))))
+
+
+def test_a_rule_registered_for_str_or_int_steps_the_packed_forms_aside() -> None:
+    words = [f"Word{i}" for i in range(20)]
+    lower = [w.lower() for w in words]
+    register(str, lambda fp, v: [v.lower().encode()])
+    try:
+        assert Fingerprinter().digest(words) == Fingerprinter().digest(lower)
+        as_keys = dict.fromkeys(words, 1)
+        assert Fingerprinter().digest(as_keys) == Fingerprinter().digest(dict.fromkeys(lower, 1))
+    finally:
+        fpcore._REGISTRY.pop(str, None)
+        fpcore._clear_rule_caches()
+    assert Fingerprinter().digest(words) != Fingerprinter().digest(lower)
+    register(int, lambda fp, v: [str(v % 10).encode()])
+    try:
+        assert Fingerprinter().digest([1, 2, 3]) == Fingerprinter().digest([11, 12, 13])
+    finally:
+        fpcore._REGISTRY.pop(int, None)
+        fpcore._clear_rule_caches()
+    assert Fingerprinter().digest([1, 2, 3]) != Fingerprinter().digest([11, 12, 13])

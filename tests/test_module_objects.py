@@ -197,3 +197,65 @@ def test_what_is_tied_to_code_and_what_round_trips_as_a_value(tmp_path: Path) ->
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("tiedmod", None)
+
+
+INDEXED_MODULE = """
+import types, warnings
+
+class Thing:
+    pass
+
+class Proxy:
+    # reading __class__ warns, as a deprecated library alias does
+    @property
+    def __class__(self):
+        warnings.warn("Proxy is deprecated", FutureWarning, stacklevel=2)
+        return types.FunctionType
+
+thing = Thing()
+proxy = Proxy()
+"""
+INDEX_SOON = """
+import os, sys, warnings
+sys.path.insert(0, sys.argv[1])
+from ipy_resume.runtime import modrefs
+warnings.simplefilter("error")  # any warning the index lets out fails this process
+import indexedmod
+modrefs.index_soon()
+helper = modrefs._helper
+assert helper is not None
+helper.join(30)
+assert not helper.is_alive()
+assert [o for _, _, o in modrefs._deferred] == [indexedmod.proxy], modrefs._deferred
+print(modrefs.lookup(indexedmod.thing), modrefs.lookup(indexedmod.proxy), not modrefs._deferred)
+# a fork while the index is held (as by a helper mid-index) leaves the child a working index
+import forkedmod
+modrefs._lock.acquire()
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if modrefs.lookup(forkedmod.thing) == ("forkedmod", "thing") else 3)
+modrefs._lock.release()
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_modules_a_cell_imported_are_indexed_between_cells_as_a_lookup_would(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "indexedmod.py").write_text(INDEXED_MODULE)
+    (tmp_path / "forkedmod.py").write_text(INDEXED_MODULE)
+    script = tmp_path / "soon.py"
+    script.write_text(INDEX_SOON)
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    # the proxy was left to the lookup (which asks its class quietly): not a module object
+    assert out.stdout.split("\n")[:2] == ["('indexedmod', 'thing') None True", "child 0"]

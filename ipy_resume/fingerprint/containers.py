@@ -11,11 +11,15 @@ from __future__ import annotations
 import array
 import collections
 import datetime
+import itertools
+import operator
 import struct
 import sys
 import types
 from collections.abc import Callable
 from typing import Any
+
+import xxhash
 
 from .core import (
     CALL_MEMO,
@@ -41,6 +45,7 @@ from .primitives import (
     atomic_int,
     atomic_str,
     hash128,
+    pack_u64,
     tagged_digest,
 )
 
@@ -77,11 +82,116 @@ def packed_floats(v: Any) -> bytes | None:
 
 
 def _float_rule_is_builtin() -> bool:
-    rule = RESOLVED_ATOMIC.get(float)
+    return _builtin_rule(float)
+
+
+_BUILTIN_ATOMIC: dict[type, Callable[[Any], bytes]] = {
+    float: atomic_float,
+    int: atomic_int,
+    str: atomic_str,
+}
+
+
+def _builtin_rule(t: type) -> bool:
+    """True while the rule for *t* (float, int or str) is the built-in one."""
+    rule = RESOLVED_ATOMIC.get(t)
     if rule is None:  # not resolved since the rules last changed (or a registered one)
-        resolve_rule(float)
-        rule = RESOLVED_ATOMIC.get(float)
-    return rule is atomic_float
+        resolve_rule(t)
+        rule = RESOLVED_ATOMIC.get(t)
+    return rule is _BUILTIN_ATOMIC[t]
+
+
+_STRS = {str}
+_INTS = {int}
+# Below this many strs (or dict items) a digest per item costs less than packing them.
+_PACK_MIN = 8
+_ENCODE = operator.methodcaller("encode", "utf-8", "surrogatepass")
+_CHUNK = 1024  # strings joined at a time: in cache, and a large list is never copied whole
+
+
+class _Packed:
+    """A packed body hashed as it is built, ended so that its length is 8 modulo 16.
+
+    The item-by-item forms hash a multiple of 16 bytes after their tag (one digest per
+    item or two per pair) and the packed floats 4 + 8n: a body of this form never has the
+    length of either.  It ends with zero bytes and their count, so the padding is read
+    back unambiguously.
+    """
+
+    def __init__(self, tag: bytes) -> None:
+        self._hasher = xxhash.xxh3_128(tag)
+        self._size = 0
+
+    def add(self, data: bytes) -> None:
+        self._hasher.update(data)
+        self._size += len(data)
+
+    def strs(self, items: Any) -> None:
+        """Exact strs: their count, their UTF-8 bytes (each run of up to ``_CHUNK`` after
+        its size), then each one's length in bytes."""
+        self.add(b"str\0" + pack_u64(len(items)))
+        lengths = array.array("Q")
+        for start in range(0, len(items), _CHUNK):
+            run = items[start : start + _CHUNK]
+            text = "".join(run)
+            if text.isascii():  # (a flag of the string: no scan) one byte per character
+                lengths.extend(map(len, run))
+                joined = text.encode("ascii")
+            else:
+                encoded = list(map(_ENCODE, run))
+                lengths.extend(map(len, encoded))
+                joined = b"".join(encoded)
+            self.add(pack_u64(len(joined)))
+            self.add(joined)
+        if _SWAP:
+            lengths.byteswap()
+        self.add(lengths.tobytes())
+
+    def digest(self) -> bytes:
+        pad = (7 - self._size) % 16
+        self._hasher.update(bytes(pad) + bytes([pad]))
+        return self._hasher.digest()
+
+
+def packed_ints(v: Any) -> bytes | None:
+    """The items of a list or tuple made of ints only (exact type, each in a signed 64-bit
+    range), as little-endian 8-byte integers; None for any other.
+
+    Such a sequence digests as ``hash128(tag + "i64" + NUL + these bytes)``, as floats do.
+
+    >>> packed_ints([1, -2]) == struct.pack("<2q", 1, -2)
+    True
+    >>> packed_ints([1, True]) is None, packed_ints([1 << 63]) is None
+    (True, True)
+    """
+    if set(map(type, v)) != _INTS:
+        return None
+    try:
+        arr = array.array("q", v)
+    except OverflowError:
+        return None
+    if _SWAP:
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _packed_values(body: _Packed, values: list[Any]) -> bool:
+    """Add *values* (exact ints, floats or strs, one type for all) to *body*; False for any
+    other values, or when the rule for their type is not the built-in one."""
+    kinds = set(map(type, values))
+    if len(kinds) != 1:
+        return False
+    kind = kinds.pop()
+    if kind not in _BUILTIN_ATOMIC or not _builtin_rule(kind):
+        return False
+    if kind is str:
+        body.strs(values)
+        return True
+    packed = packed_ints(values) if kind is int else packed_floats(values)
+    if packed is None:
+        return False
+    body.add((b"i64\0" if kind is int else b"f64\0") + packed)
+    return True
 
 
 def _items(fp: Fingerprinter, v: Any, tag: bytes) -> bytes:
@@ -97,6 +207,10 @@ def _items(fp: Fingerprinter, v: Any, tag: bytes) -> bytes:
     packed = packed_floats(v)
     if packed is not None:
         return tagged_digest(tag + b"f64\0", packed)
+    # ints only, strs only (labels, tokens, file names): packed the same way
+    fast = _packed_sequence(v, tag)
+    if fast is not None:
+        return fast
     # atomic_float inlined: the two calls per item were most of a mixed list's digest time
     # (the bytes are the same)
     buf = bytearray(tag)
@@ -108,6 +222,29 @@ def _items(fp: Fingerprinter, v: Any, tag: bytes) -> bytes:
         a = atomic(type(item))
         buf += dg(item) if a is None else a(item)
     return hash128(buf)
+
+
+def _packed_sequence(v: Any, tag: bytes) -> bytes | None:
+    """The digest of a list or tuple of exact ints or of exact strs, packed; None for any
+    other (floats are packed by the caller, in their own form)."""
+    if not v:
+        return None
+    first = type(v[0])
+    if first is int:
+        if not _builtin_rule(int):
+            return None
+        packed = packed_ints(v)
+        return None if packed is None else tagged_digest(tag + b"i64\0", packed)
+    if (
+        first is not str
+        or len(v) < _PACK_MIN
+        or set(map(type, v)) != _STRS
+        or not _builtin_rule(str)
+    ):
+        return None
+    body = _Packed(tag)
+    body.strs(v)
+    return body.digest()
 
 
 def _c_list(fp: Fingerprinter, v: Any) -> bytes:
@@ -130,7 +267,9 @@ def _quick(kind: type, handler: Handler, tag: bytes) -> Callable[[Any], bytes | 
         ):
             return None
         packed = packed_floats(v)
-        return None if packed is None else tagged_digest(tag + b"f64\0", packed)
+        if packed is not None:
+            return tagged_digest(tag + b"f64\0", packed)
+        return _packed_sequence(v, tag)
 
     return quick
 
@@ -141,6 +280,9 @@ TOP_LEVEL_QUICK.update(
 
 
 def c_dict(fp: Fingerprinter, v: Any) -> bytes:
+    fast = _packed_dict(v)
+    if fast is not None:
+        return fast
     dg, atomic = fp.digest_child, RESOLVED_ATOMIC.get
     pairs = []
     for key, value in dict.items(v):
@@ -149,6 +291,37 @@ def c_dict(fp: Fingerprinter, v: Any) -> bytes:
         pairs.append((dg(key) if a is None else a(key)) + (dg(value) if b is None else b(value)))
     pairs.sort()
     return hash128(b"dict\0" + b"".join(pairs))
+
+
+def _packed_dict(v: Any) -> bytes | None:
+    """The digest of a dict whose keys are all exact strs (or all exact ints) and whose
+    values are all exact ints, floats or strs, packed in the keys' sorted order (a
+    vocabulary, a word count, a mapping of labels); None for any other."""
+    if len(v) < _PACK_MIN:
+        return None
+    value_kinds = set(map(type, dict.values(v)))  # (before the sort: a mixed dict costs no more)
+    if len(value_kinds) != 1 or value_kinds.pop() not in _BUILTIN_ATOMIC:
+        return None
+    keys = dict.keys(v)
+    kinds = set(map(type, keys))
+    if kinds != _STRS and kinds != _INTS:
+        return None
+    key_kind = kinds.pop()
+    if not _builtin_rule(key_kind):
+        return None
+    ordered = sorted(keys)  # (one type, no two equal: a total order, whatever the insertion)
+    body = _Packed(b"dict\0packed\0")
+    if key_kind is str:
+        body.strs(ordered)
+    else:
+        packed = packed_ints(ordered)
+        if packed is None:
+            return None
+        body.add(b"i64\0" + packed)
+    values = list(map(dict.__getitem__, itertools.repeat(v, len(ordered)), ordered))
+    if not _packed_values(body, values):
+        return None
+    return body.digest()
 
 
 def _sorted_items(fp: Fingerprinter, v: Any) -> bytes:

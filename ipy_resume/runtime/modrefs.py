@@ -11,7 +11,9 @@ The index covers the attributes of every module in ``sys.modules`` except
 nothing (numbers, strings, tuples...), modules, functions and classes (pickle and the
 fingerprints already take those by reference).  It is rebuilt when modules have been
 imported since, and a hit is checked against the module again, so a stale entry can
-only cost a by-value copy, never a wrong object.
+only cost a by-value copy, never a wrong object.  After a cell that imported modules,
+:func:`index_soon` indexes them on a helper thread while the kernel waits for the next
+cell; a lookup meanwhile waits for it.
 
 Limit: an object of a module that the notebook changes (sets an attribute on) is
 restored as that module has it after import; keep such changes in names of your own.
@@ -20,12 +22,14 @@ restored as that module has it after import; keep such changes in names of your 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import threading
 import types
 import warnings
 from typing import Any
 
-__all__ = ["import_attribute", "lookup"]
+__all__ = ["import_attribute", "index_soon", "lookup"]
 
 _VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple, frozenset)
 _SKIP_TYPES = (
@@ -56,6 +60,19 @@ _SKIPPED_TYPE: dict[type, bool] = {}
 # identity, the notebook's own classes); a notebook that redefines classes makes new types
 _LOOKUP_SKIP: dict[type, bool] = {}
 _LOOKUP_SKIP_MAX = 4096
+# Held while modules are indexed, by a lookup or by the helper thread of index_soon.
+_lock = threading.Lock()
+_helper: threading.Thread | None = None
+# Objects the helper thread met whose class it could not read without running their code
+# (a proxy's ``__class__`` may warn, and the thread cannot silence warnings for itself
+# alone): (module name, attribute, object), settled by the next lookup.
+_deferred: list[tuple[str, str, object]] = []
+# type -> whether ``obj.__class__`` is ``type(obj)`` for its objects, read without running
+# any code of theirs (no ``__class__`` or ``__getattribute__`` of their own)
+_PLAIN_CLASS: dict[type, bool] = {}
+_OBJECT_CLASS = object.__dict__["__class__"]
+_SLOT_WRAPPER = type(object.__dict__["__getattribute__"])
+_TYPE_MRO = type.__dict__["__mro__"]
 
 
 def _index_modules() -> None:
@@ -68,20 +85,77 @@ def _index_modules() -> None:
     their class is read (``torch.distributed.reduce_op`` printed a FutureWarning in the
     user's cell).
     """
-    with warnings.catch_warnings():
+    with _lock, warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        _settle_deferred()
         _index_new_modules()
 
 
-def _index_new_modules() -> None:
-    global _indexed_modules
+def index_soon() -> None:
+    """Index the modules imported since the last index on a helper thread, now: what a
+    cell imported is then indexed while the kernel waits for the next cell, not in the
+    first save that asks (tens of milliseconds after a cell that imports a library).
+
+    A lookup meanwhile waits for the thread, so its answer is the same either way.
+
+    >>> index_soon()
+    """
+    global _helper
+    if _indexed_modules == len(sys.modules) or (_helper is not None and _helper.is_alive()):
+        return
+    _helper = threading.Thread(target=_index_on_helper, name="ipy-resume-modules", daemon=True)
+    _helper.start()
+
+
+def _index_on_helper() -> None:
+    with _lock:
+        _index_new_modules(helper=True)
+
+
+def _settle_deferred() -> None:
+    """Index what the helper thread left to the kernel's thread (see ``_deferred``)."""
+    skip = _NOT_MODULE_OBJECTS
+    while _deferred:
+        name, attr, obj = _deferred.pop()
+        if isinstance(obj, skip):
+            continue
+        known = _index.get(_address(obj))
+        if known is None or len(name) < len(known[0]):
+            _index[_address(obj)] = (name, attr)
+
+
+def _plain_class(t: type) -> bool:
+    """True when ``obj.__class__`` is *t* for every object of type *t*, found without running
+    Python code of theirs (or of their metaclass): no ``__class__`` of their own, and no
+    ``__getattribute__`` but a C type's."""
+    for klass in _TYPE_MRO.__get__(t):
+        namespace = type.__dict__["__dict__"].__get__(klass)
+        found = namespace.get("__class__")
+        if found is not None and found is not _OBJECT_CLASS:
+            return False
+        found = namespace.get("__getattribute__")
+        # (a C type's own slot, as dict's or a ufunc's, runs no Python code)
+        if found is not None and type(found) is not _SLOT_WRAPPER:
+            return False
+    return True
+
+
+def _index_new_modules(helper: bool = False) -> None:
+    """Index the modules not indexed yet; on the helper thread (*helper*), without running
+    any code of the objects indexed (proxies are left to ``_settle_deferred``), into a
+    copy that replaces the index in one step when it is complete."""
+    global _indexed_modules, _index
     main = sys.modules.get("__main__")
     exact, skip = _NOT_MODULE_EXACT, _NOT_MODULE_OBJECTS  # (locals: read 80,000 times)
-    index, address, skipped = _index, _address, _SKIPPED_TYPE
-    for name, module in list(sys.modules.items()):
-        if name in _seen:
+    index = dict(_index) if helper else _index
+    address, skipped, plain = _address, _SKIPPED_TYPE, _PLAIN_CLASS
+    seen = set(_seen) if helper else _seen
+    deferred: list[tuple[str, str, object]] = []
+    modules = list(sys.modules.items())
+    for name, module in modules:
+        if name in seen:
             continue
-        _seen.add(name)
+        seen.add(name)
         # The notebook's namespace is also registered under other names (multiprocessing
         # adds "__mp_main__"): its attributes are the user's values, never module objects.
         if module is main or name in _MAIN_NAMES or not isinstance(module, types.ModuleType):
@@ -92,6 +166,8 @@ def _index_new_modules() -> None:
             namespace = vars(module)
         except TypeError:
             continue
+        if helper:  # (a copy made in one step: the kernel's thread may be importing)
+            namespace = dict(namespace)
         # Two lists of objects that exist, not a list of (name, value) pairs: 80,000 new
         # tuples ran the cyclic collector a hundred times per index, each pass over the
         # young objects of a kernel that just imported its libraries.  (No code runs
@@ -106,14 +182,42 @@ def _index_new_modules() -> None:
             by_type = skipped.get(t)
             if by_type is None:
                 by_type = skipped[t] = issubclass(t, skip)
-            if by_type or (getattr(obj, "__class__", t) is not t and isinstance(obj, skip)):
+            if by_type:
+                continue
+            if helper:
+                simple = plain.get(t)
+                if simple is None:
+                    simple = plain[t] = _plain_class(t)
+                if not simple:
+                    deferred.append((name, attr, obj))
+                    continue
+            elif getattr(obj, "__class__", t) is not t and isinstance(obj, skip):
                 continue
             key = address(obj)
             known = index.get(key)
             # Prefer the shortest (most public) path: scipy.stats.norm over its private home.
             if known is None or len(name) < len(known[0]):
                 index[key] = (name, attr)
-    _indexed_modules = len(sys.modules)
+    if helper:
+        # (one step each, in this order: a fork in between leaves a child whose index
+        # holds more than its module names say, so it indexes those again, harmlessly)
+        _index = index
+        _deferred.extend(deferred)
+        _seen.update(seen)
+        _indexed_modules = len(modules)
+    else:
+        _indexed_modules = len(sys.modules)
+
+
+def _after_fork_in_child() -> None:
+    # A helper thread does not survive a fork: its lock is made anew (it may be held).
+    global _lock, _helper
+    _lock = threading.Lock()
+    _helper = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def lookup(obj: object) -> tuple[str, str] | None:
@@ -136,7 +240,7 @@ def lookup(obj: object) -> tuple[str, str] | None:
         _LOOKUP_SKIP[t] = skip
     if skip:
         return None  # values without identity, or the notebook's own objects
-    if _indexed_modules != len(sys.modules):
+    if _indexed_modules != len(sys.modules) or _deferred:
         _index_modules()
     found = _index.get(_address(obj))
     if found is None:
