@@ -131,6 +131,7 @@ def load_ipython_extension(ipython: Any) -> None:
         register_settings(ipython)
         _wake_on_saves(ipython)
         _index_modules_between_cells(ipython)
+        magics.warm_up()
     # The side panel's channel; a no-op outside a kernel, idempotent inside one.
     from .frontends.comm import register
 
@@ -158,9 +159,11 @@ def _wake_on_saves(ipython: Any) -> None:
 
 def _index_modules_between_cells(ipython: Any) -> None:
     """After each cell that imported modules, index their objects on a helper thread (see
-    ``runtime.modrefs.index_soon``): the next save that asks finds the index made."""
+    ``runtime.modrefs.index_soon``) until the next cell starts: the next save that asks
+    finds the index made."""
     from .runtime import modrefs
 
+    ipython.events.register("pre_run_cell", lambda *_: modrefs.hold_off())
     ipython.events.register("post_run_cell", lambda *_: modrefs.index_soon())
     modrefs.index_soon()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -454,6 +455,30 @@ def test_a_restore_stopped_by_a_damaged_blob_says_the_kernel_is_unchanged(
         assert shell.user_ns["big"] == "changed since"
 
 
+def _twice(probe: str, isolated: Path) -> list[tuple[Any, str]]:
+    """Run *probe* in two fresh interpreters one after the other (the second finds the
+    store the first made): what each printed last, as JSON, and its stderr."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env=subprocess_env(isolated),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=isolated,
+        )
+        assert out.returncode == 0, out.stderr
+        runs.append((json.loads(out.stdout.strip().splitlines()[-1]), out.stderr))
+    return runs
+
+
 _RESULT_PROBE = """
 import json
 from IPython.core.interactiveshell import InteractiveShell
@@ -469,12 +494,6 @@ print(json.dumps(seen))
 
 
 def test_a_result_that_is_a_stored_value_is_that_value_after_a_restore(isolated: Path) -> None:
-    import json
-    import subprocess
-    import sys
-
-    from conftest import subprocess_env
-
     # ``box`` is the first cell's value and its result: stored once, in the group, so that
     # ``_`` restored is ``box``.  The second cell's result is a new list: a pickle of its own.
     # Both runs are fresh interpreters (the display settings a result's key reads are theirs).
@@ -482,18 +501,7 @@ def test_a_result_that_is_a_stored_value_is_that_value_after_a_restore(isolated:
         "%%checkpoint boxed\nbox = {'items': [1, 2]}\nbox",
         "%%checkpoint part\nitems = list(box['items'])\nsorted(items, reverse=True)",
     ]
-    runs = []
-    for _ in range(2):
-        out = subprocess.run(
-            [sys.executable, "-c", _RESULT_PROBE.format(cells=cells)],
-            env=subprocess_env(isolated),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=isolated,
-        )
-        assert out.returncode == 0, out.stderr
-        runs.append((json.loads(out.stdout.strip().splitlines()[-1]), out.stderr))
+    runs = _twice(_RESULT_PROBE.format(cells=cells), isolated)
     store = Store(isolated / "store")
     boxed = store.history("boxed")[-1]
     assert boxed.extras["result"] == boxed.values["box"]  # one place in one group
@@ -502,3 +510,35 @@ def test_a_result_that_is_a_stored_value_is_that_value_after_a_restore(isolated:
     (executed, _), (restored, said) = runs
     assert "restored 'boxed'" in said and "restored 'part'" in said
     assert executed == restored == [[True, False, {"items": [1, 2]}], [False, False, [2, 1]]]
+
+
+_WARM_PROBE = """
+import json, os
+from IPython.core.interactiveshell import InteractiveShell
+sh = InteractiveShell.instance()
+sh.run_line_magic("load_ext", "ipy_resume")
+magics = sh._ipy_resume_magics
+warming = magics._warming
+made = os.path.isdir(os.environ["IPY_RESUME_DIR"])
+opened = None
+if warming is not None:
+    warming.join(60)
+    engines = list(magics.engines._by_key.values())
+    opened = [e.journal._conn is not None for e in engines]
+assert sh.run_cell("%%checkpoint warm\\nx = sum(range(10))").success
+print(json.dumps([warming is not None, made, opened, magics.engines._by_key and
+                  list(magics.engines._by_key.values())[0] is magics.engine(), sh.user_ns["x"]]))
+"""
+
+
+def test_the_first_cell_finds_its_store_and_journal_opened_when_the_store_exists(
+    isolated: Path,
+) -> None:
+    runs = _twice(_WARM_PROBE, isolated)
+    (first, said_first), (second, said_second) = runs
+    # no store yet: nothing warmed, nothing made before the first checkpoint
+    assert first == [False, False, None, True, 45]
+    assert "restored" not in said_first
+    # a store: opened, with its journal, by the time the first cell asks; the cell restores
+    assert second == [True, True, [True], True, 45]
+    assert "restored 'warm'" in said_second

@@ -216,10 +216,21 @@ thing = Thing()
 proxy = Proxy()
 """
 INDEX_SOON = """
-import os, sys, warnings
+import os, sys, threading, time, warnings
 sys.path.insert(0, sys.argv[1])
 from ipy_resume.runtime import modrefs
 warnings.simplefilter("error")  # any warning the index lets out fails this process
+modrefs.lookup(os)  # (what is imported so far: indexed)
+import heldmod
+# while a cell runs the helper waits, and a lookup indexes what is left itself
+modrefs.hold_off()
+waiting = threading.Thread(target=modrefs._index_on_helper, daemon=True)
+waiting.start()
+time.sleep(0.3)
+print(waiting.is_alive(), "heldmod" in modrefs._seen, modrefs.lookup(heldmod.thing))
+modrefs.index_soon()  # (the cell ended)
+waiting.join(30)
+print(waiting.is_alive())
 import indexedmod
 modrefs.index_soon()
 helper = modrefs._helper
@@ -248,6 +259,7 @@ def test_modules_a_cell_imported_are_indexed_between_cells_as_a_lookup_would(
 
     (tmp_path / "indexedmod.py").write_text(INDEXED_MODULE)
     (tmp_path / "forkedmod.py").write_text(INDEXED_MODULE)
+    (tmp_path / "heldmod.py").write_text("class Thing:\n    pass\n\nthing = Thing()\n")
     script = tmp_path / "soon.py"
     script.write_text(INDEX_SOON)
     out = subprocess.run(
@@ -258,4 +270,9 @@ def test_modules_a_cell_imported_are_indexed_between_cells_as_a_lookup_would(
     )
     assert out.returncode == 0, out.stderr
     # the proxy was left to the lookup (which asks its class quietly): not a module object
-    assert out.stdout.split("\n")[:2] == ["('indexedmod', 'thing') None True", "child 0"]
+    assert out.stdout.split("\n")[:4] == [
+        "True False ('heldmod', 'thing')",
+        "False",
+        "('indexedmod', 'thing') None True",
+        "child 0",
+    ]

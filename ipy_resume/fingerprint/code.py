@@ -97,6 +97,15 @@ def _installed_roots() -> tuple[str, ...]:
     return tuple(os.path.realpath(r) for r in roots if r)
 
 
+def prepare() -> None:
+    """Settle what a kernel's first key reads from the environment once: where installed
+    packages live (which tells a notebook's helper modules from libraries).
+
+    >>> prepare()
+    """
+    _installed_roots()
+
+
 def _is_local_module(module: object) -> bool:
     """A module loaded from a file outside site-packages and the standard library."""
     filename = getattr(module, "__file__", None)

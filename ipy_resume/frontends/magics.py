@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from ..engine.core import CheckpointOptions, Engine, Engines, RunResult
 from ..engine.execution import compile_cell, run_compiled
 from ..engine.planning import NotebookCell, RunAllPlan, plan_run_all
 from ..engine.queries import Timeline, stats_text
+from ..fingerprint.code import prepare as prepare_keys
 from ..runtime import torch_support
 from ..runtime.analysis import first_line
 from ..runtime.capture import OutputRecord, replay, tee_streams
@@ -278,12 +280,47 @@ class CheckpointMagics(Magics):
         self._static: dict[tuple[str, tuple[int, ...]], str] = {}  # see _transform
         self._own_steps: tuple[tuple[int, ...], tuple[Any, ...]] = ((), ())  # see _all_own
         self._switches: tuple[dict[str, Any], dict[str, str]] | None = None  # see _quick_parse
+        self._warming: threading.Thread | None = None  # see warm_up
+
+    def warm_up(self) -> None:
+        """Open the default store and its journal on a helper thread, if that store exists:
+        the work of a kernel's first checkpoint cell that depends on nothing it does, done
+        while the kernel waits for cells (about 5 ms of a first restore).
+
+        Nothing is made: a new store is still created by its first checkpoint, and an
+        object store is not reached before a cell asks.  The first use of an engine waits
+        for the thread, so no cell ever works beside it.
+
+        >>> get_ipython()._ipy_resume_magics.warm_up()  # doctest: +SKIP
+        """
+        given = os.environ.get(location.STORE_ENV)
+        if given and location.is_url(given):
+            return
+        try:
+            if not Path(str(location.store_location())).is_dir():
+                return
+        except Exception:  # (said by the first cell that opens it)
+            return
+
+        def warm() -> None:
+            with contextlib.suppress(Exception):  # (the first cell meets it again, and says)
+                engine = self.engine()
+                prepare_keys()
+                engine.store.seed_base  # noqa: B018 - (read once per store object, and healed)
+                engine.journal.warm()
+
+        self._warming = threading.Thread(target=warm, name="ipy-resume-warm-up", daemon=True)
+        self._warming.start()
 
     def engine(self, store_dir: Path | str | None = None) -> Engine:
         """The engine of *store_dir* (default store when None), created on first use.
 
         *store_dir* may be an object-store URL (``s3://bucket/prefix``).
         """
+        warming = self._warming
+        if warming is not None and warming is not threading.current_thread():
+            warming.join()
+            self._warming = None
         # The resolution is remembered per (given, $IPY_RESUME_DIR, working directory when
         # relative): resolving a path on every hit costs more than the rest of the hit.
         named = None if not store_dir else os.fspath(store_dir)

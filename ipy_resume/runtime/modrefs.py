@@ -25,11 +25,12 @@ import importlib
 import os
 import sys
 import threading
+import time
 import types
 import warnings
 from typing import Any
 
-__all__ = ["import_attribute", "index_soon", "lookup"]
+__all__ = ["hold_off", "import_attribute", "index_soon", "lookup"]
 
 _VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple, frozenset)
 _SKIP_TYPES = (
@@ -63,6 +64,10 @@ _LOOKUP_SKIP_MAX = 4096
 # Held while modules are indexed, by a lookup or by the helper thread of index_soon.
 _lock = threading.Lock()
 _helper: threading.Thread | None = None
+_idle = threading.Event()  # cleared while a cell runs: the helper waits between two modules
+_idle.set()
+_HELPER_DELAY = 0.005  # seconds the helper waits before it starts
+_HELPER_STEP = 256  # attributes the helper indexes between two offers of the interpreter
 # Objects the helper thread met whose class it could not read without running their code
 # (a proxy's ``__class__`` may warn, and the thread cannot silence warnings for itself
 # alone): (module name, attribute, object), settled by the next lookup.
@@ -96,20 +101,46 @@ def index_soon() -> None:
     cell imported is then indexed while the kernel waits for the next cell, not in the
     first save that asks (tens of milliseconds after a cell that imports a library).
 
-    A lookup meanwhile waits for the thread, so its answer is the same either way.
+    The thread works one module at a time and stops between two while a cell runs (see
+    :func:`hold_off`): a cell never waits for more than one module's worth.  A lookup
+    meanwhile indexes what is left itself, so its answer is the same either way.
 
     >>> index_soon()
     """
     global _helper
+    _idle.set()
     if _indexed_modules == len(sys.modules) or (_helper is not None and _helper.is_alive()):
         return
     _helper = threading.Thread(target=_index_on_helper, name="ipy-resume-modules", daemon=True)
     _helper.start()
 
 
+def hold_off() -> None:
+    """Stop the helper thread of :func:`index_soon` after the module it is indexing, until
+    the next :func:`index_soon` (a cell starts: the kernel's thread needs the interpreter).
+
+    >>> hold_off(); index_soon()
+    """
+    _idle.clear()
+
+
 def _index_on_helper() -> None:
+    global _indexed_modules
+    # The kernel's thread first: it is sending the reply of the cell that just ended (and
+    # a new thread holds the interpreter until it gives it up, up to 5 ms).
+    time.sleep(_HELPER_DELAY)
+    modules = list(sys.modules.items())
+    for name, module in modules:
+        if name in _seen:
+            continue
+        _idle.wait()
+        with _lock:
+            if name not in _seen:
+                _index_module(name, module, helper=True)
+        time.sleep(0)  # (the interpreter to the kernel's thread, if it is waiting for it)
     with _lock:
-        _index_new_modules(helper=True)
+        if not _deferred:  # (else the next lookup settles them first)
+            _indexed_modules = len(modules)
 
 
 def _settle_deferred() -> None:
@@ -140,80 +171,80 @@ def _plain_class(t: type) -> bool:
     return True
 
 
-def _index_new_modules(helper: bool = False) -> None:
-    """Index the modules not indexed yet; on the helper thread (*helper*), without running
-    any code of the objects indexed (proxies are left to ``_settle_deferred``), into a
-    copy that replaces the index in one step when it is complete."""
-    global _indexed_modules, _index
+def _index_new_modules() -> None:
+    global _indexed_modules
+    for name, module in list(sys.modules.items()):
+        if name not in _seen:
+            _index_module(name, module)
+    _indexed_modules = len(sys.modules)
+
+
+def _index_module(name: str, module: object, helper: bool = False) -> None:
+    """Index one module's objects, then count it as indexed (a fork in between leaves a
+    child that indexes it again, harmlessly).  On the helper thread (*helper*), without
+    running any code of the objects indexed: proxies are left to ``_settle_deferred``."""
     main = sys.modules.get("__main__")
     exact, skip = _NOT_MODULE_EXACT, _NOT_MODULE_OBJECTS  # (locals: read 80,000 times)
-    index = dict(_index) if helper else _index
-    address, skipped, plain = _address, _SKIPPED_TYPE, _PLAIN_CLASS
-    seen = set(_seen) if helper else _seen
-    deferred: list[tuple[str, str, object]] = []
-    modules = list(sys.modules.items())
-    for name, module in modules:
-        if name in seen:
+    index, address, skipped, plain = _index, _address, _SKIPPED_TYPE, _PLAIN_CLASS
+    # The notebook's namespace is also registered under other names (multiprocessing
+    # adds "__mp_main__"): its attributes are the user's values, never module objects.
+    if (
+        module is main
+        or name in _MAIN_NAMES
+        or not isinstance(module, types.ModuleType)
+        or getattr(module, "__name__", None) in _MAIN_NAMES
+    ):
+        _seen.add(name)
+        return
+    try:
+        namespace = vars(module)
+    except TypeError:
+        _seen.add(name)
+        return
+    if helper:  # (a copy made in one step: the kernel's thread may be importing into it)
+        namespace = dict(namespace)
+    # Two lists of objects that exist, not a list of (name, value) pairs: 80,000 new
+    # tuples ran the cyclic collector a hundred times per index, each pass over the
+    # young objects of a kernel that just imported its libraries.  (No code runs
+    # between the two copies: they are in step.)
+    names, objects = list(namespace), list(namespace.values())
+    for at, (attr, obj) in enumerate(zip(names, objects, strict=True)):
+        if helper and at % _HELPER_STEP == _HELPER_STEP - 1:
+            time.sleep(0)  # (a large module: the kernel's thread waits no longer than this)
+        t = type(obj)
+        if t in exact or attr[:2] == "__":
             continue
-        seen.add(name)
-        # The notebook's namespace is also registered under other names (multiprocessing
-        # adds "__mp_main__"): its attributes are the user's values, never module objects.
-        if module is main or name in _MAIN_NAMES or not isinstance(module, types.ModuleType):
+        # isinstance(obj, skip), with its answer for the type remembered: isinstance
+        # asks the type, then a __class__ that differs from it (a proxy's) - asked here too.
+        by_type = skipped.get(t)
+        if by_type is None:
+            by_type = skipped[t] = issubclass(t, skip)
+        if by_type:
             continue
-        if getattr(module, "__name__", None) in _MAIN_NAMES:
-            continue
-        try:
-            namespace = vars(module)
-        except TypeError:
-            continue
-        if helper:  # (a copy made in one step: the kernel's thread may be importing)
-            namespace = dict(namespace)
-        # Two lists of objects that exist, not a list of (name, value) pairs: 80,000 new
-        # tuples ran the cyclic collector a hundred times per index, each pass over the
-        # young objects of a kernel that just imported its libraries.  (No code runs
-        # between the two copies: they are in step.)
-        names, objects = list(namespace), list(namespace.values())
-        for attr, obj in zip(names, objects, strict=True):
-            t = type(obj)
-            if t in exact or attr[:2] == "__":
+        if helper:
+            simple = plain.get(t)
+            if simple is None:
+                simple = plain[t] = _plain_class(t)
+            if not simple:
+                _deferred.append((name, attr, obj))
                 continue
-            # isinstance(obj, skip), with its answer for the type remembered: isinstance
-            # asks the type, then a __class__ that differs from it (a proxy's) - asked here too.
-            by_type = skipped.get(t)
-            if by_type is None:
-                by_type = skipped[t] = issubclass(t, skip)
-            if by_type:
-                continue
-            if helper:
-                simple = plain.get(t)
-                if simple is None:
-                    simple = plain[t] = _plain_class(t)
-                if not simple:
-                    deferred.append((name, attr, obj))
-                    continue
-            elif getattr(obj, "__class__", t) is not t and isinstance(obj, skip):
-                continue
-            key = address(obj)
-            known = index.get(key)
-            # Prefer the shortest (most public) path: scipy.stats.norm over its private home.
-            if known is None or len(name) < len(known[0]):
-                index[key] = (name, attr)
-    if helper:
-        # (one step each, in this order: a fork in between leaves a child whose index
-        # holds more than its module names say, so it indexes those again, harmlessly)
-        _index = index
-        _deferred.extend(deferred)
-        _seen.update(seen)
-        _indexed_modules = len(modules)
-    else:
-        _indexed_modules = len(sys.modules)
+        elif getattr(obj, "__class__", t) is not t and isinstance(obj, skip):
+            continue
+        key = address(obj)
+        known = index.get(key)
+        # Prefer the shortest (most public) path: scipy.stats.norm over its private home.
+        if known is None or len(name) < len(known[0]):
+            index[key] = (name, attr)
+    _seen.add(name)
 
 
 def _after_fork_in_child() -> None:
     # A helper thread does not survive a fork: its lock is made anew (it may be held).
-    global _lock, _helper
+    global _lock, _helper, _idle
     _lock = threading.Lock()
     _helper = None
+    _idle = threading.Event()
+    _idle.set()
 
 
 if hasattr(os, "register_at_fork"):

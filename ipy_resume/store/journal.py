@@ -420,6 +420,15 @@ class Journal:
         _appended(event.event_id)
         return True
 
+    def warm(self) -> None:
+        """Open the journal (checked, and rebuilt if lost) and read which checkpoints its
+        events name: what a kernel's first restore asks, done before it is needed.
+
+        >>> Store("/tmp/doc-store").journal().warm()  # doctest: +SKIP
+        """
+        if self.path.exists():
+            self._names("")
+
     def _names(self, checkpoint_id: str) -> bool:
         """True when an event of the journal names *checkpoint_id* (one query per connection)."""
         named = self._named
