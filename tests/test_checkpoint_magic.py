@@ -519,12 +519,13 @@ sh = InteractiveShell.instance()
 sh.run_line_magic("load_ext", "ipy_resume")
 magics = sh._ipy_resume_magics
 warming = magics._warming
-made = os.path.isdir(os.environ["IPY_RESUME_DIR"])
 opened = None
 if warming is not None:
     warming.join(60)
     engines = list(magics.engines._by_key.values())
     opened = [e.journal._conn is not None for e in engines]
+from ipy_resume.store.signing import default_key_path
+made = [os.path.isdir(os.environ["IPY_RESUME_DIR"]), default_key_path().exists()]
 assert sh.run_cell("%%checkpoint warm\\nx = sum(range(10))").success
 print(json.dumps([warming is not None, made, opened, magics.engines._by_key and
                   list(magics.engines._by_key.values())[0] is magics.engine(), sh.user_ns["x"]]))
@@ -536,9 +537,10 @@ def test_the_first_cell_finds_its_store_and_journal_opened_when_the_store_exists
 ) -> None:
     runs = _twice(_WARM_PROBE, isolated)
     (first, said_first), (second, said_second) = runs
-    # no store yet: nothing warmed, nothing made before the first checkpoint
-    assert first == [False, False, None, True, 45]
+    # no store yet: no store opened, and neither a store nor a key made before the first
+    # checkpoint
+    assert first == [True, [False, False], [], True, 45]
     assert "restored" not in said_first
     # a store: opened, with its journal, by the time the first cell asks; the cell restores
-    assert second == [True, True, [True], True, 45]
+    assert second == [True, [True, True], [True], True, 45]
     assert "restored 'warm'" in said_second
