@@ -72,6 +72,11 @@ def packed_floats(v: Any) -> bytes | None:
     """
     if set(map(type, v)) != _FLOATS:
         return None
+    return _float_bytes(v)
+
+
+def _float_bytes(v: Any) -> bytes:
+    """:func:`packed_floats` of items known to be exact floats."""
     arr = array.array("d", v)
     total = sum(arr)  # NaN when an item is (or when inf and -inf meet: the slow way then)
     if total != total:
@@ -203,11 +208,8 @@ def _items(fp: Fingerprinter, v: Any, tag: bytes) -> bytes:
             a = atomic(type(item))
             buf += dg(item) if a is None else a(item)
         return hash128(buf)
-    # floats only (the common input of small cells): their bytes, hashed once
-    packed = packed_floats(v)
-    if packed is not None:
-        return tagged_digest(tag + b"f64\0", packed)
-    # ints only, strs only (labels, tokens, file names): packed the same way
+    # floats only (the common input of small cells), ints only, strs only (labels, tokens,
+    # file names): their bytes, hashed once
     fast = _packed_sequence(v, tag)
     if fast is not None:
         return fast
@@ -225,22 +227,20 @@ def _items(fp: Fingerprinter, v: Any, tag: bytes) -> bytes:
 
 
 def _packed_sequence(v: Any, tag: bytes) -> bytes | None:
-    """The digest of a list or tuple of exact ints or of exact strs, packed; None for any
-    other (floats are packed by the caller, in their own form)."""
-    if not v:
+    """The digest of a list or tuple made of exact floats only, exact ints only or (8 or
+    more) exact strs only, packed; None for any other (one look at the items' types)."""
+    kinds = set(map(type, v))
+    if len(kinds) != 1:
         return None
-    first = type(v[0])
-    if first is int:
+    kind = kinds.pop()
+    if kind is float:
+        return tagged_digest(tag + b"f64\0", _float_bytes(v)) if _builtin_rule(float) else None
+    if kind is int:
         if not _builtin_rule(int):
             return None
         packed = packed_ints(v)
         return None if packed is None else tagged_digest(tag + b"i64\0", packed)
-    if (
-        first is not str
-        or len(v) < _PACK_MIN
-        or set(map(type, v)) != _STRS
-        or not _builtin_rule(str)
-    ):
+    if kind is not str or len(v) < _PACK_MIN or not _builtin_rule(str):
         return None
     body = _Packed(tag)
     body.strs(v)
@@ -266,9 +266,6 @@ def _quick(kind: type, handler: Handler, tag: bytes) -> Callable[[Any], bytes | 
             or RESOLVED_ATOMIC.get(float) is not atomic_float
         ):
             return None
-        packed = packed_floats(v)
-        if packed is not None:
-            return tagged_digest(tag + b"f64\0", packed)
         return _packed_sequence(v, tag)
 
     return quick
