@@ -220,6 +220,7 @@ import os, sys, threading, time, warnings
 sys.path.insert(0, sys.argv[1])
 from ipy_resume.runtime import modrefs
 warnings.simplefilter("error")  # any warning the index lets out fails this process
+threading.excepthook = lambda args: os._exit(5)  # (one the helper thread meets too)
 modrefs.lookup(os)  # (what is imported so far: indexed)
 import heldmod
 # while a cell runs the helper waits, and a lookup indexes what is left itself
@@ -231,14 +232,28 @@ print(waiting.is_alive(), "heldmod" in modrefs._seen, modrefs.lookup(heldmod.thi
 modrefs.index_soon()  # (the cell ended)
 waiting.join(30)
 print(waiting.is_alive())
+import types
 import indexedmod
+
+class Noisy(types.ModuleType):
+    # a lazy module's kind: reading its namespace runs its code (here, a warning)
+    def __getattribute__(self, attr):
+        if attr == "__dict__":
+            warnings.warn("loaded on first use", ImportWarning)
+        return super().__getattribute__(attr)
+
+noisy = Noisy("noisymod")
+noisy.thing = noisy_thing = indexedmod.Thing()
+sys.modules["noisymod"] = noisy
 modrefs.index_soon()
 helper = modrefs._helper
 assert helper is not None
 helper.join(30)
 assert not helper.is_alive()
 assert [o for _, _, o in modrefs._deferred] == [indexedmod.proxy], modrefs._deferred
-print(modrefs.lookup(indexedmod.thing), modrefs.lookup(indexedmod.proxy), not modrefs._deferred)
+assert "noisymod" not in modrefs._seen  # (left to the lookup below)
+print(modrefs.lookup(indexedmod.thing), modrefs.lookup(indexedmod.proxy), not modrefs._deferred,
+      modrefs.lookup(noisy_thing))
 # a fork while the index is held (as by a helper mid-index) leaves the child a working index
 import forkedmod
 modrefs._lock.acquire()
@@ -273,6 +288,6 @@ def test_modules_a_cell_imported_are_indexed_between_cells_as_a_lookup_would(
     assert out.stdout.split("\n")[:4] == [
         "True False ('heldmod', 'thing')",
         "False",
-        "('indexedmod', 'thing') None True",
+        "('indexedmod', 'thing') None True ('noisymod', 'thing')",
         "child 0",
     ]

@@ -130,8 +130,14 @@ def _index_on_helper() -> None:
     # a new thread holds the interpreter until it gives it up, up to 5 ms).
     time.sleep(_HELPER_DELAY)
     modules = list(sys.modules.items())
+    left = False
     for name, module in modules:
         if name in _seen:
+            continue
+        if type(module) is not types.ModuleType:
+            # (a lazy or proxy module may run its code, even import, when read: left to
+            # the kernel's thread, which reads it at the next lookup, quietly)
+            left = True
             continue
         _idle.wait()
         with _lock:
@@ -139,7 +145,7 @@ def _index_on_helper() -> None:
                 _index_module(name, module, helper=True)
         time.sleep(0)  # (the interpreter to the kernel's thread, if it is waiting for it)
     with _lock:
-        if not _deferred:  # (else the next lookup settles them first)
+        if not _deferred and not left:  # (else the next lookup finishes first)
             _indexed_modules = len(modules)
 
 
