@@ -86,10 +86,6 @@ def _float_bytes(v: Any) -> bytes:
     return arr.tobytes()
 
 
-def _float_rule_is_builtin() -> bool:
-    return _builtin_rule(float)
-
-
 _BUILTIN_ATOMIC: dict[type, Callable[[Any], bytes]] = {
     float: atomic_float,
     int: atomic_int,
@@ -158,19 +154,14 @@ class _Packed:
         return self._hasher.digest()
 
 
-def packed_ints(v: Any) -> bytes | None:
-    """The items of a list or tuple made of ints only (exact type, each in a signed 64-bit
-    range), as little-endian 8-byte integers; None for any other.
+def _int_bytes(v: Any) -> bytes | None:
+    """Items known to be exact ints as little-endian 8-byte integers; None when one is past
+    64 bits.  Such a sequence digests as ``hash128(tag + "i64" + NUL + these bytes)``, as
+    floats do.
 
-    Such a sequence digests as ``hash128(tag + "i64" + NUL + these bytes)``, as floats do.
-
-    >>> packed_ints([1, -2]) == struct.pack("<2q", 1, -2)
-    True
-    >>> packed_ints([1, True]) is None, packed_ints([1 << 63]) is None
+    >>> _int_bytes([1, -2]) == struct.pack("<2q", 1, -2), _int_bytes([1 << 63]) is None
     (True, True)
     """
-    if set(map(type, v)) != _INTS:
-        return None
     try:
         arr = array.array("q", v)
     except OverflowError:
@@ -180,19 +171,15 @@ def packed_ints(v: Any) -> bytes | None:
     return arr.tobytes()
 
 
-def _packed_values(body: _Packed, values: list[Any]) -> bool:
-    """Add *values* (exact ints, floats or strs, one type for all) to *body*; False for any
-    other values, or when the rule for their type is not the built-in one."""
-    kinds = set(map(type, values))
-    if len(kinds) != 1:
-        return False
-    kind = kinds.pop()
-    if kind not in _BUILTIN_ATOMIC or not _builtin_rule(kind):
+def _packed_values(body: _Packed, values: list[Any], kind: type) -> bool:
+    """Add *values*, all exact ints, floats or strs (*kind*), to *body*; False when the
+    rule for *kind* is not the built-in one or an int is past 64 bits."""
+    if not _builtin_rule(kind):
         return False
     if kind is str:
         body.strs(values)
         return True
-    packed = packed_ints(values) if kind is int else packed_floats(values)
+    packed = _int_bytes(values) if kind is int else _float_bytes(values)
     if packed is None:
         return False
     body.add((b"i64\0" if kind is int else b"f64\0") + packed)
@@ -201,7 +188,7 @@ def _packed_values(body: _Packed, values: list[Any]) -> bool:
 
 def _items(fp: Fingerprinter, v: Any, tag: bytes) -> bytes:
     dg, atomic = fp.digest_child, RESOLVED_ATOMIC.get
-    if atomic(float) is not atomic_float and not _float_rule_is_builtin():
+    if atomic(float) is not atomic_float and not _builtin_rule(float):
         # a rule registered for float: used as is
         buf = bytearray(tag)
         for item in v:
@@ -238,7 +225,7 @@ def _packed_sequence(v: Any, tag: bytes) -> bytes | None:
     if kind is int:
         if not _builtin_rule(int):
             return None
-        packed = packed_ints(v)
+        packed = _int_bytes(v)
         return None if packed is None else tagged_digest(tag + b"i64\0", packed)
     if kind is not str or len(v) < _PACK_MIN or not _builtin_rule(str):
         return None
@@ -297,7 +284,10 @@ def _packed_dict(v: Any) -> bytes | None:
     if len(v) < _PACK_MIN:
         return None
     value_kinds = set(map(type, dict.values(v)))  # (before the sort: a mixed dict costs no more)
-    if len(value_kinds) != 1 or value_kinds.pop() not in _BUILTIN_ATOMIC:
+    if len(value_kinds) != 1:
+        return None
+    value_kind = value_kinds.pop()
+    if value_kind not in _BUILTIN_ATOMIC:
         return None
     keys = dict.keys(v)
     kinds = set(map(type, keys))
@@ -311,12 +301,12 @@ def _packed_dict(v: Any) -> bytes | None:
     if key_kind is str:
         body.strs(ordered)
     else:
-        packed = packed_ints(ordered)
+        packed = _int_bytes(ordered)
         if packed is None:
             return None
         body.add(b"i64\0" + packed)
     values = list(map(dict.__getitem__, itertools.repeat(v, len(ordered)), ordered))
-    if not _packed_values(body, values):
+    if not _packed_values(body, values, value_kind):
         return None
     return body.digest()
 

@@ -321,12 +321,12 @@ def _machinery() -> bool:
 def _roots(extra: tuple[str, ...], _matplotlib: bool) -> tuple[str, ...]:
     """Folders whose files are never a cell's data: *extra* (the store), Python's,
     Jupyter's, and matplotlib's once it is imported."""
-    roots = [*extra, *_environment_roots()]
+    roots = list(extra)
     mpl = sys.modules.get("matplotlib")
     if mpl is not None:
         with contextlib.suppress(Exception):
             roots += [mpl.get_configdir(), mpl.get_cachedir()]
-    return tuple(dict.fromkeys(_forms(roots)))
+    return tuple(dict.fromkeys([*_forms(roots), *_environment_roots()]))
 
 
 def prepare() -> None:

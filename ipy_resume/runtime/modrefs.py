@@ -13,7 +13,7 @@ fingerprints already take those by reference).  It is rebuilt when modules have 
 imported since, and a hit is checked against the module again, so a stale entry can
 only cost a by-value copy, never a wrong object.  After a cell that imported modules,
 :func:`index_soon` indexes them on a helper thread while the kernel waits for the next
-cell; a lookup meanwhile waits for it.
+cell; a lookup before it is done indexes what is left itself.
 
 Limit: an object of a module that the notebook changes (sets an attribute on) is
 restored as that module has it after import; keep such changes in names of your own.
