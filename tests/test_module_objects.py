@@ -248,8 +248,10 @@ sys.modules["noisymod"] = noisy
 modrefs.index_soon()
 helper = modrefs._helper
 assert helper is not None
-helper.join(30)
-assert not helper.is_alive()
+assert modrefs._done.wait(30)  # (the pass is over; the thread waits for the next)
+assert helper.is_alive()
+modrefs.index_soon()  # (the same thread makes the next pass)
+assert modrefs._done.wait(30) and modrefs._helper is helper
 assert [o for _, _, o in modrefs._deferred] == [indexedmod.proxy], modrefs._deferred
 assert "noisymod" not in modrefs._seen  # (left to the lookup below)
 print(modrefs.lookup(indexedmod.thing), modrefs.lookup(indexedmod.proxy), not modrefs._deferred,

@@ -302,14 +302,27 @@ class CheckpointMagics(Magics):
             with contextlib.suppress(Exception):
                 file_deps.prepare()
                 prepare_keys()
+                self._warm_parsing()
                 if not local or not Path(str(location.store_location())).is_dir():
                     return
                 engine = self.engine()
                 engine.store.seed_base  # noqa: B018 - (read once per store object, and healed)
+                engine.store.settle_pending()  # (a first read's scan of staged saves)
                 engine.journal.warm()
 
         self._warming = threading.Thread(target=warm, name="ipy-resume-warm-up", daemon=True)
         self._warming.start()
+
+    def _warm_parsing(self) -> None:
+        """What the first ``%%checkpoint`` cell parses for the first time in a process:
+        IPython's transforms of a cell magic (their patterns compiled) and the defaults of
+        the options (an argparse run).  Pure functions of text, safe on the helper thread."""
+        manager = getattr(self.shell, "input_transformer_manager", None)
+        if type(manager) is TransformerManager:
+            steps = (*manager.cleanup_transforms, *manager.line_transforms)
+            if all(map(_ipython_own, (*steps, *manager.token_transformers))):
+                manager.transform_cell("%%checkpoint warm-up\npass\n")  # (no extension's code)
+        self._quick_parse("warm-up")
 
     def engine(self, store_dir: Path | str | None = None) -> Engine:
         """The engine of *store_dir* (default store when None), created on first use.

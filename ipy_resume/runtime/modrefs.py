@@ -63,7 +63,10 @@ _LOOKUP_SKIP: dict[type, bool] = {}
 _LOOKUP_SKIP_MAX = 4096
 # Held while modules are indexed, by a lookup or by the helper thread of index_soon.
 _lock = threading.Lock()
-_helper: threading.Thread | None = None
+_helper: threading.Thread | None = None  # one per process, started by the first index_soon
+_wanted = threading.Event()  # set by index_soon: the helper makes a pass
+_done = threading.Event()  # set while no pass is due or under way
+_done.set()
 _idle = threading.Event()  # cleared while a cell runs: the helper waits between two modules
 _idle.set()
 _HELPER_DELAY = 0.005  # seconds the helper waits before it starts
@@ -109,10 +112,14 @@ def index_soon() -> None:
     """
     global _helper
     _idle.set()
-    if _indexed_modules == len(sys.modules) or (_helper is not None and _helper.is_alive()):
+    if _indexed_modules == len(sys.modules) or _wanted.is_set():
         return
-    _helper = threading.Thread(target=_index_on_helper, name="ipy-resume-modules", daemon=True)
-    _helper.start()
+    _done.clear()
+    _wanted.set()
+    if _helper is None or not _helper.is_alive():
+        # (kept for the next cell that imports: a thread's start costs the cell ~0.2 ms)
+        _helper = threading.Thread(target=_help, name="ipy-resume-modules", daemon=True)
+        _helper.start()
 
 
 def hold_off() -> None:
@@ -124,7 +131,18 @@ def hold_off() -> None:
     _idle.clear()
 
 
+def _help() -> None:
+    while True:
+        _wanted.wait()
+        try:
+            _index_on_helper()
+        finally:
+            _wanted.clear()
+            _done.set()
+
+
 def _index_on_helper() -> None:
+    """One pass of the helper thread over the modules not indexed yet."""
     global _indexed_modules
     # The kernel's thread first: it is sending the reply of the cell that just ended (and
     # a new thread holds the interpreter until it gives it up, up to 5 ms).
@@ -246,11 +264,12 @@ def _index_module(name: str, module: object, helper: bool = False) -> None:
 
 def _after_fork_in_child() -> None:
     # A helper thread does not survive a fork: its lock is made anew (it may be held).
-    global _lock, _helper, _idle
+    global _lock, _helper, _idle, _wanted, _done
     _lock = threading.Lock()
     _helper = None
-    _idle = threading.Event()
+    _idle, _wanted, _done = threading.Event(), threading.Event(), threading.Event()
     _idle.set()
+    _done.set()
 
 
 if hasattr(os, "register_at_fork"):

@@ -421,13 +421,15 @@ class Journal:
         return True
 
     def warm(self) -> None:
-        """Open the journal (checked, and rebuilt if lost) and read which checkpoints its
-        events name: what a kernel's first restore asks, done before it is needed.
+        """Open the journal (checked, and rebuilt if lost), read which checkpoints its
+        events name and start the thread that writes restores' events: what a kernel's
+        first restore needs, done before it is needed.
 
         >>> Store("/tmp/doc-store").journal().warm()  # doctest: +SKIP
         """
         if self.path.exists():
             self._names("")
+            _start_helper()  # (the thread that writes a restore's event, waiting for one)
 
     def _names(self, checkpoint_id: str) -> bool:
         """True when an event of the journal names *checkpoint_id* (one query per connection)."""
@@ -583,14 +585,19 @@ _hurry = threading.Event()
 _helper: threading.Thread | None = None
 
 
-def _defer(journal: Journal, event: Event) -> None:
+def _start_helper() -> None:
     global _helper
     with _queue_lock:
-        queued = _queues.setdefault(str(journal.path), (journal, []))[1]
-        queued.append(event)
         if _helper is None or not _helper.is_alive():
             _helper = threading.Thread(target=_help, name="ipy_resume-journal", daemon=True)
             _helper.start()
+
+
+def _defer(journal: Journal, event: Event) -> None:
+    with _queue_lock:
+        queued = _queues.setdefault(str(journal.path), (journal, []))[1]
+        queued.append(event)
+        _start_helper()
         if len(queued) == 1:
             _queue_lock.notify()
         if len(queued) >= _DEFER_MAX:

@@ -164,11 +164,14 @@ def _common(a: str, b: str) -> int:
     return n
 
 
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9_-]+")
+
+
 @lru_cache(maxsize=4096)  # a pure function; every hit asks
 def cell_dir(cell_id: str) -> str:
     """A filesystem-safe folder name for a CELL_ID: readable slug + 8 hex of its sha256."""
     ascii_form = unicodedata.normalize("NFKD", cell_id).encode("ascii", "ignore").decode("ascii")
-    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", ascii_form).strip("-")[:40].strip("-") or "cell"
+    slug = _UNSAFE_RUN.sub("-", ascii_form).strip("-")[:40].strip("-") or "cell"
     digest = hashlib.sha256(cell_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{slug}-{digest}"
 
