@@ -509,6 +509,9 @@ class SharedObjects:
         self, hit: list[tuple[str, _Entry, object]], rows: list[tuple[str, _Entry, object]]
     ) -> list[tuple[str, _Entry, object]]:
         """The rows of one checkpoint connected to those in *hit* by objects they hold now."""
+        if len(hit) < len(rows):  # (a number or a string holds nothing: never connected)
+            taken_now = {tok for tok, _entry, _obj in hit}
+            rows = [r for r in rows if r[0] in taken_now or not isinstance(r[2], _SCALAR_TYPES)]
         if len(hit) == len(rows):
             return rows
         held = {tok: self._held(tok, obj) for tok, _entry, obj in rows}
@@ -541,6 +544,8 @@ class SharedObjects:
         """
         if entry.members.isdisjoint(members):
             return False
+        if id(obj) in members and not isinstance(obj, _VALUE_TYPES):
+            return True  # (it holds itself: a value saved again, its walk is not needed)
         return not self._held(tok, obj).isdisjoint(members)
 
     def digest(self, value: object) -> str | None:
