@@ -641,3 +641,22 @@ def test_copy_on_write_shared_blocks_are_no_evidence_but_their_objects_are(
     assert not pandas_cow.shared_block(apart._mgr.blocks[0])
     column = apart["a"].to_numpy()  # (a view of that block's memory)
     assert codecs.data_pointer(column) in codecs.identities([apart])
+
+
+def test_an_earlier_value_a_closure_holds_stays_shared_with_its_name(tmp_path: Path) -> None:
+    # `cfg` changed outside any checkpoint, so `get`'s closure holds it inline rather than
+    # as a link; no walk enters a function, only the pickle meets it (the registry holds no
+    # list or dict here: the pickler says what it wrote, without a copy of its memo).  Its
+    # name is stored again with `get`, so the two are one object after a restore.
+    cells = [
+        "%%checkpoint a\nclass Cfg:\n    pass\ncfg = Cfg()\ncfg.v = 1",
+        "cfg.v = 2",
+        "%%checkpoint b\ndef make(c):\n    return lambda: c.v\nget = make(cfg)",
+    ]
+    checks = {"now": "get()", "shared": "(setattr(cfg, 'v', 7), get())[1]"}
+    expected = {"now": "2", "shared": "7"}
+    assert run_process(tmp_path, cells, checks)["eval"] == expected
+    second = run_process(tmp_path, cells, checks)
+    said = _statuses(second)
+    assert "restored 'a'" in said[0] and "restored 'b'" in said[2], said
+    assert second["eval"] == expected

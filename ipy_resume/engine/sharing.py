@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import sys
 import types
 import weakref
@@ -73,6 +74,10 @@ _VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple,
 
 # Values whose identity means nothing and that hold nothing that has one.
 _SCALAR_TYPES = (str, bytes, int, float, complex, bool, type(None), range, np.generic)
+
+# Exact types a pickler writes without asking its reducer_override: only its memo tells
+# whether it wrote one of them (see SharedObjects.watched).
+_UNWATCHED = frozenset({dict, list, tuple, set, frozenset, bytearray, pickle.PickleBuffer})
 
 _CODE_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 
@@ -396,6 +401,17 @@ class SharedObjects:
             if entry.get() is not MISSING:
                 found[entry.obj_id] = tok
         return found
+
+    def watched(self) -> frozenset[int] | None:
+        out: set[int] = set()
+        for tok in self._entries:
+            obj = self._alive(tok)
+            if obj is MISSING or isinstance(obj, _SCALAR_TYPES):
+                continue  # (holders never matches those through what a group reached)
+            if type(obj) in _UNWATCHED:
+                return None
+            out.add(id(obj))
+        return frozenset(out)
 
     def arrays(self) -> list[np.ndarray]:
         self._entries  # noqa: B018 - (its sweep may drop entries: before the memo is read)

@@ -399,6 +399,24 @@ _VIEW_CLASSES: dict[str, type[np.ndarray]] = {"recarray": np.recarray}
 _VIEW_CLASS_NAMES = {cls: name for name, cls in _VIEW_CLASSES.items()}
 
 
+# type -> whether its objects reduce as pickle's default does, whatever this module's
+# picklers and cloudpickle check (not an array, an Arrow array, a class or a function; its
+# class its type): then only the links and the module lookup are asked of each object.
+_PLAIN_REDUCE: dict[type, bool] = {}
+_PLAIN_REDUCE_MAX = 4096
+
+
+def _note_plain_reduce(obj: object, kind: type) -> None:
+    if len(_PLAIN_REDUCE) >= _PLAIN_REDUCE_MAX:
+        _PLAIN_REDUCE.clear()  # (classes a notebook defines again and again)
+    _PLAIN_REDUCE[kind] = (
+        not issubclass(kind, (np.ndarray, type, types.FunctionType))
+        and kind not in _VIEW_CLASS_NAMES
+        and not _arrow_state_type(kind)
+        and _own_class(obj, kind)
+    )
+
+
 def subclass_view_of(
     cls: str,
     root: np.ndarray,
@@ -428,9 +446,13 @@ class _GroupPickler(_Pickler):
         check: Callable[[str], bool],
         bases: dict[int, np.ndarray],
         callback: Callable[[pickle.PickleBuffer], bool],
+        watch: frozenset[int] = frozenset(),
     ) -> None:
         super().__init__(out, protocol=5, buffer_callback=callback)
         self.links = links
+        # ids whose objects this pickle is to say it wrote (not as links): see pickle_group
+        self.watch = watch
+        self.met: set[int] = set()
         self.check = check
         # Arrays whose views stay views, by the address of their memory: a restored base
         # and the arrays numpy derives from it share an address, not an identity.
@@ -457,7 +479,14 @@ class _GroupPickler(_Pickler):
         if token is not None and self.linkable(token):
             self.used.add(token)
             return (_link, (token,))
-        if type(obj) is np.ndarray and not obj.dtype.hasobject and obj.size:
+        if self.watch and id(obj) in self.watch:
+            self.met.add(id(obj))  # (asked once per object: later ones are memo hits)
+        kind = type(obj)
+        if _PLAIN_REDUCE.get(kind) and kind not in self.by_type and kind not in self.managers:
+            # (most of a figure's objects: nothing below applies but the module lookup)
+            where = modrefs.lookup(obj)
+            return NotImplemented if where is None else (modrefs.import_attribute, where)
+        if kind is np.ndarray and not obj.dtype.hasobject and obj.size:
             if isinstance(obj.base, np.ndarray):
                 root = array_root(obj)
                 address = data_pointer(root)
@@ -500,6 +529,8 @@ class _GroupPickler(_Pickler):
             where = modrefs.lookup(obj)
             if where is not None:  # a module's own object: restored by importing it
                 return (modrefs.import_attribute, where)
+            if kind not in _PLAIN_REDUCE:
+                _note_plain_reduce(obj, kind)
         return super().reducer_override(obj)
 
 
@@ -867,6 +898,7 @@ def pickle_group(
     check: Callable[[str], bool] | None = None,
     bases: list[np.ndarray] | None = None,
     walked: Walk | None = None,
+    watch: frozenset[int] | None = None,
 ) -> PickledGroup:
     """Pickle *values* as one dict; raises :class:`EncodeError` when any cannot be pickled.
 
@@ -874,6 +906,11 @@ def pickle_group(
     as a reference, after ``check(token)`` confirms it (once per token) is still the
     object that was stored.  Views of the arrays in *bases* stay views of them.  *walked*
     is a walk of these values the caller made already, taken when it is the walk needed.
+
+    ``reached`` is every object the stream holds inline, read from the pickler's memo; with
+    *watch* (ids of objects that are neither plain containers nor numbers or strings, and
+    no such container among the links) it is only those of *watch* the stream holds, as the
+    pickler met them: a copy of the memo of a large group costs milliseconds.
 
     >>> g = pickle_group({"a": [1], "b": 2})
     >>> unpickle_group(g.stream, g.buffers, lambda pid: None)["a"]
@@ -897,7 +934,8 @@ def pickle_group(
     for arr in plain:
         if isinstance(arr.base, np.ndarray) and whole_view(arr):
             by_address.setdefault(data_pointer(arr), arr)
-    first = _dump_group(values, links, check, by_address)
+    seen = watch or frozenset()
+    first = _dump_group(values, links, check, by_address, watch=seen)
     # Arrays of the group that view one memory larger than ROOT_SLACK_MIN (a smaller one the
     # pickler stores whole at its first view): a second pass stores that memory once and
     # each array as a view of it, unless the memory is much larger than the views.
@@ -912,8 +950,12 @@ def pickle_group(
     if wanted:
         by_address = {**by_address, **wanted}
         by_address.update((a, o) for a, o in pickler.owners.items() if a in wanted)
-        first = _dump_group(values, links, check, by_address)
+        first = _dump_group(values, links, check, by_address, watch=seen)
     pickler, stream, buffers = first
+    if watch is not None:
+        # (no plain container among the links: nothing for a second pass to write as one)
+        linked = {i for i, token in (links or {}).items() if token in pickler.used}
+        return _group_of(values, pickler, stream, buffers, pickler.met - linked, linked, walked)
     memo = pickler.memo.copy()
     # A plain list, dict or set that another checkpoint stored was written out here: only
     # persistent_id sees those, so the group is pickled again with one.
@@ -929,6 +971,18 @@ def pickle_group(
     # memo's keys are the ids of its objects)
     reached = set(memo).difference(linked)
     del memo
+    return _group_of(values, pickler, stream, buffers, reached, linked, walked)
+
+
+def _group_of(
+    values: dict[str, object],
+    pickler: _GroupPickler,
+    stream: bytes,
+    buffers: list[memoryview],
+    reached: set[int],
+    linked: set[int],
+    walked: Walk | None,
+) -> PickledGroup:
     pickler.clear_memo()
     tops = list(values.values())
     if walked is not None and walked.stands_for(tops, linked):
@@ -946,6 +1000,7 @@ def _dump_group(
     check: Callable[[str], bool] | None,
     by_address: dict[int, np.ndarray],
     persist: bool = False,
+    watch: frozenset[int] = frozenset(),
 ) -> tuple[_GroupPickler, bytes, list[memoryview]]:
     buffers: list[memoryview] = []
 
@@ -958,7 +1013,7 @@ def _dump_group(
 
     out = io.BytesIO()
     kind = _LinkingPickler if persist else _GroupPickler
-    pickler = kind(out, links or {}, check or (lambda token: True), by_address, callback)
+    pickler = kind(out, links or {}, check or (lambda token: True), by_address, callback, watch)
     try:
         pickler.dump(values)
     except Exception as exc:

@@ -112,6 +112,12 @@ class Linker(Protocol):
         one of *reached* (ids of everything a new group holds)."""
         ...
 
+    def watched(self) -> frozenset[int] | None:
+        """The ids :meth:`holders` can match in *reached*: its live objects that are not
+        numbers or strings; None when one is a plain container (a list, dict, set, tuple),
+        which only a pickle's memo tells was written."""
+        ...
+
 
 MISSING: Any = object()
 """Returned by :meth:`Linker.live` when no live object can stand for a token."""
@@ -278,7 +284,9 @@ class Writer:
             if added:
                 inline = {id(obj) for obj in added.values()}
                 links = {i: tok for i, tok in links.items() if i not in inline}
-        group = self._pickle_group(todo, links, check, bases, failed, walked)
+        # (what a pickle must tell of the objects it wrote: the linker's, asked below)
+        watch = linker.watched() if linker is not None else frozenset()
+        group = self._pickle_group(todo, links, check, bases, failed, walked, watch)
         if group is None:
             return failed
         if linker is not None and added:
@@ -296,7 +304,7 @@ class Writer:
             ]
             if held_roots:
                 bases = bases + held_roots
-                group = self._pickle_group(todo, links, check, bases, failed) or group
+                group = self._pickle_group(todo, links, check, bases, failed, watch=watch) or group
         if linker is not None:
             # Values of earlier checkpoints that hold an object these values hold (a list
             # whose items this cell changed, a pipeline whose step it fitted, a frame
@@ -325,7 +333,7 @@ class Writer:
                 # the same objects in this group.
                 inline = {id(obj) for obj in more.values()}
                 links = {i: tok for i, tok in links.items() if i not in inline}
-                regrouped = self._pickle_group(todo, links, check, bases, failed)
+                regrouped = self._pickle_group(todo, links, check, bases, failed, watch=watch)
                 if regrouped is None:
                     break
                 # the next round asks only about what this one added
@@ -385,12 +393,13 @@ class Writer:
         bases: list[Any],
         failed: dict[str, str],
         walked: codecs.Walk | None = None,
+        watch: frozenset[int] | None = None,
     ) -> codecs.PickledGroup | None:
         """Pickle *todo* as one group; values that cannot be pickled move to *failed*."""
         while todo:
             try:
                 return codecs.pickle_group(
-                    {slot[2:]: v for slot, v in todo.items()}, links, check, bases, walked
+                    {slot[2:]: v for slot, v in todo.items()}, links, check, bases, walked, watch
                 )
             except codecs.EncodeError as together:
                 # Find the culprits one by one, so every other value is still stored.
@@ -599,8 +608,10 @@ def _write_values(
             and whole.get(address) != id(value)
         )
         seen.add(id(value))
-        if not shared and linker is not None and type(value) is np.ndarray:
-            shared = bool(linker.holders({id(value)}))  # inside an earlier value
+        if not shared and linker is not None and codecs.array_blob_eligible(value):
+            # inside an earlier value (asked only of an array that would be a blob of its
+            # own: any other goes to the group either way, and the question walks values)
+            shared = bool(linker.holders({id(value)}))
         if (
             not shared
             and name in late_digests
