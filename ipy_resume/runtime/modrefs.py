@@ -21,6 +21,7 @@ restored as that module has it after import; keep such changes in names of your 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -28,9 +29,10 @@ import threading
 import time
 import types
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["hold_off", "import_attribute", "index_soon", "lookup"]
+__all__ = ["hold_off", "import_attribute", "index_soon", "lookup", "waiting"]
 
 _VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple, frozenset)
 _SKIP_TYPES = (
@@ -65,6 +67,7 @@ _LOOKUP_SKIP_MAX = 4096
 _lock = threading.Lock()
 _helper: threading.Thread | None = None  # one per process, started by the first index_soon
 _wanted = threading.Event()  # set by index_soon: the helper makes a pass
+_again = threading.Event()  # set by index_soon: one more pass after the one under way
 _done = threading.Event()  # set while no pass is due or under way
 _done.set()
 _idle = threading.Event()  # cleared while a cell runs: the helper waits between two modules
@@ -112,7 +115,10 @@ def index_soon() -> None:
     """
     global _helper
     _idle.set()
-    if _indexed_modules == len(sys.modules) or _wanted.is_set():
+    if _indexed_modules == len(sys.modules):
+        return
+    _again.set()  # (a pass under way took its list of modules before this cell's imports)
+    if _wanted.is_set():
         return
     _done.clear()
     _wanted.set()
@@ -131,11 +137,32 @@ def hold_off() -> None:
     _idle.clear()
 
 
+@contextlib.contextmanager
+def waiting() -> Iterator[None]:
+    """While the kernel's thread blocks (waiting for a save), the helper thread of
+    :func:`index_soon` may index between two modules, as between cells; held off again
+    after, if it was.
+
+    >>> with waiting(): pass
+    """
+    held = not _idle.is_set()
+    _idle.set()
+    try:
+        yield
+    finally:
+        if held:
+            _idle.clear()
+
+
 def _help() -> None:
     while True:
         _wanted.wait()
         try:
-            _index_on_helper()
+            while True:
+                _again.clear()
+                _index_on_helper()
+                if not _again.is_set():
+                    break
         finally:
             _wanted.clear()
             _done.set()
@@ -264,10 +291,11 @@ def _index_module(name: str, module: object, helper: bool = False) -> None:
 
 def _after_fork_in_child() -> None:
     # A helper thread does not survive a fork: its lock is made anew (it may be held).
-    global _lock, _helper, _idle, _wanted, _done
+    global _lock, _helper, _idle, _wanted, _done, _again
     _lock = threading.Lock()
     _helper = None
     _idle, _wanted, _done = threading.Event(), threading.Event(), threading.Event()
+    _again = threading.Event()
     _idle.set()
     _done.set()
 

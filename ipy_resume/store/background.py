@@ -50,6 +50,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ipy_resume.runtime import modrefs
 from ipy_resume.store import fsio
 from ipy_resume.store.snapshot import Snapshot
 
@@ -407,11 +408,12 @@ class StoreWriter:
             jobs = [j for j in jobs if j.key[0] == cell_id]
         deadline = None if timeout is None else time.monotonic() + timeout
         ok = True
-        for job in jobs:  # the writer is FIFO: waiting for the last waits for all before it
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not job.event.wait(left):
-                ok = False
-                break
+        with modrefs.waiting():  # (the kernel's thread is idle meanwhile)
+            for job in jobs:  # the writer is FIFO: waiting for the last waits for all before it
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not job.event.wait(left):
+                    ok = False
+                    break
         if callbacks:
             self.drain()
         return ok
