@@ -65,7 +65,7 @@ import cloudpickle
 import numpy as np
 
 from ipy_resume.runtime import modrefs
-from ipy_resume.store import pandas_cow, tensor_codec
+from ipy_resume.store import arrow_state, pandas_cow, tensor_codec
 from ipy_resume.store.arrays import (  # noqa: F401 - re-exported: callers name them codecs.*
     ARRAY_BLOB_MIN,
     ATOMS,
@@ -195,70 +195,6 @@ def _datetimes_reduced(obj: np.ndarray) -> Any:
     return (datetimes, (buffer, dtype_to_json(obj.dtype), tuple(obj.shape), order))
 
 
-# Types of pandas' Arrow-backed arrays whose pickled state can skip ``combine_chunks``
-_ARROW_STATE: dict[type, bool] = {}
-_ARROW_STATE_MAX = 4096
-_NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]  # (pickle writes it as NEWOBJ)
-
-
-def _arrow_state_type(cls: type) -> bool:
-    """True for a pandas Arrow-backed array type pickled by ArrowExtensionArray's state.
-
-    Only when nothing else of the type's pickling is its own: the default reduction, the
-    base class's ``__getstate__``, no ``__getnewargs__``.
-    """
-    module = sys.modules.get("pandas.core.arrays.arrow.array")
-    base = getattr(module, "ArrowExtensionArray", None)
-    if base is None or not isinstance(base, type) or not issubclass(cls, base):
-        return False
-    getstate = getattr(base, "__getstate__", None)
-    return (
-        getstate is not None
-        and getattr(cls, "__getstate__", None) is getstate
-        and cls.__reduce_ex__ is object.__reduce_ex__
-        and cls.__reduce__ is object.__reduce__
-        and not hasattr(cls, "__getnewargs_ex__")
-        and not hasattr(cls, "__getnewargs__")
-        and not hasattr(cls, "__slots__")
-    )
-
-
-def _arrow_reduced(obj: Any) -> Any:
-    """What pickle writes for a pandas Arrow-backed array, without copying its data, or None.
-
-    pandas' ``__getstate__`` replaces the array's ``ChunkedArray`` by ``combine_chunks()``,
-    which copies every buffer even when there is a single chunk (a 5-million-row string
-    column: 90 MB).  A single chunk that starts at offset 0 and whose buffers hold nothing
-    beyond it is written as that chunk instead: the state pandas would write, the same
-    bytes, built by the same ``__setstate__``.
-    """
-    cls = type(obj)
-    usable = _ARROW_STATE.get(cls)
-    if usable is None:
-        if len(_ARROW_STATE) >= _ARROW_STATE_MAX:
-            _ARROW_STATE.clear()  # (classes a notebook defines again and again)
-        usable = _ARROW_STATE[cls] = _arrow_state_type(cls)
-    if not usable:
-        return None
-    own = getattr(obj, "__dict__", None)
-    if not isinstance(own, dict):
-        return None
-    chunked = own.get("_pa_array")
-    try:
-        if chunked is None or chunked.num_chunks != 1:
-            return None
-        chunk = chunked.chunk(0)
-        # (a slice's buffers are its parent's: the copy keeps only the slice)
-        if chunk.offset != 0 or chunk.get_total_buffer_size() > chunk.nbytes + 64:
-            return None
-    except (AttributeError, TypeError, ValueError, NotImplementedError):
-        return None
-    state = dict(own)
-    state["_pa_array"] = chunk
-    state["_cache"] = {}  # (as pandas writes it: cached properties are recomputed)
-    return (_NEWOBJ, (cls,), state)
-
-
 class _Pickler(cloudpickle.CloudPickler):
     """cloudpickle, plus a repair of a numpy pickling fault that loses byte order, and two
     ways of keeping a DataFrame's columns out of the stream.
@@ -271,7 +207,7 @@ class _Pickler(cloudpickle.CloudPickler):
 
     Large datetime64/timedelta64 arrays are written out of band (:func:`datetimes`), and
     pandas' Arrow-backed arrays without the copy of their ``__getstate__`` when it would
-    change nothing (:func:`_arrow_reduced`).
+    change nothing (:func:`.arrow_state.reduced`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -305,8 +241,8 @@ class _Pickler(cloudpickle.CloudPickler):
             reduced = pandas_cow.unshared_manager(obj)
             if reduced is not None:
                 return reduced
-        elif _ARROW_STATE.get(type(obj)) is not False:
-            reduced = _arrow_reduced(obj)
+        elif not arrow_state.known_not(type(obj)):
+            reduced = arrow_state.reduced(obj)
             if reduced is not None:
                 return reduced
         if isinstance(obj, type) and obj.__module__ not in sys.modules:
@@ -412,7 +348,7 @@ def _note_plain_reduce(obj: object, kind: type) -> None:
     _PLAIN_REDUCE[kind] = (
         not issubclass(kind, (np.ndarray, type, types.FunctionType))
         and kind not in _VIEW_CLASS_NAMES
-        and not _arrow_state_type(kind)
+        and not arrow_state.state_type(kind)
         and _own_class(obj, kind)
     )
 
