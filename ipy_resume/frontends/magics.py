@@ -318,10 +318,17 @@ class CheckpointMagics(Magics):
         IPython's transforms of a cell magic (their patterns compiled) and the defaults of
         the options (an argparse run).  Pure functions of text, safe on the helper thread."""
         manager = getattr(self.shell, "input_transformer_manager", None)
-        if type(manager) is TransformerManager:
-            steps = (*manager.cleanup_transforms, *manager.line_transforms)
-            if all(map(_ipython_own, (*steps, *manager.token_transformers))):
-                manager.transform_cell("%%checkpoint warm-up\npass\n")  # (no extension's code)
+        if type(manager) is TransformerManager and all(
+            map(
+                _ipython_own,
+                (
+                    *manager.cleanup_transforms,
+                    *manager.line_transforms,
+                    *manager.token_transformers,
+                ),
+            )
+        ):
+            manager.transform_cell("%%checkpoint warm-up\npass\n")  # (no extension's code)
         self._quick_parse("warm-up")
 
     def engine(self, store_dir: Path | str | None = None) -> Engine:

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["hold_off", "import_attribute", "index_soon", "lookup", "waiting"]
+__all__ = ["hold_off", "import_attribute", "index_soon", "lookup", "plain_class", "waiting"]
 
 _VALUE_TYPES = (str, bytes, int, float, complex, bool, type(None), range, tuple, frozenset)
 _SKIP_TYPES = (
@@ -206,10 +206,14 @@ def _settle_deferred() -> None:
             _index[_address(obj)] = (name, attr)
 
 
-def _plain_class(t: type) -> bool:
+def plain_class(t: type) -> bool:
     """True when ``obj.__class__`` is *t* for every object of type *t*, found without running
     Python code of theirs (or of their metaclass): no ``__class__`` of their own, and no
-    ``__getattribute__`` but a C type's."""
+    ``__getattribute__`` but a C type's.
+
+    >>> plain_class(dict), plain_class(type("Proxy", (), {"__class__": property(lambda s: int)}))
+    (True, False)
+    """
     for klass in _TYPE_MRO.__get__(t):
         namespace = type.__dict__["__dict__"].__get__(klass)
         found = namespace.get("__class__")
@@ -275,7 +279,7 @@ def _index_module(name: str, module: object, helper: bool = False) -> None:
         if helper:
             simple = plain.get(t)
             if simple is None:
-                simple = plain[t] = _plain_class(t)
+                simple = plain[t] = plain_class(t)
             if not simple:
                 _deferred.append((name, attr, obj))
                 continue

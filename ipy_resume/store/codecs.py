@@ -342,14 +342,14 @@ _PLAIN_REDUCE: dict[type, bool] = {}
 _PLAIN_REDUCE_MAX = 4096
 
 
-def _note_plain_reduce(obj: object, kind: type) -> None:
+def _note_plain_reduce(kind: type) -> None:
     if len(_PLAIN_REDUCE) >= _PLAIN_REDUCE_MAX:
         _PLAIN_REDUCE.clear()  # (classes a notebook defines again and again)
     _PLAIN_REDUCE[kind] = (
         not issubclass(kind, (np.ndarray, type, types.FunctionType))
         and kind not in _VIEW_CLASS_NAMES
         and not arrow_state.state_type(kind)
-        and _own_class(obj, kind)
+        and modrefs.plain_class(kind)  # (isinstance asks the type alone, for every object)
     )
 
 
@@ -466,7 +466,7 @@ class _GroupPickler(_Pickler):
             if where is not None:  # a module's own object: restored by importing it
                 return (modrefs.import_attribute, where)
             if kind not in _PLAIN_REDUCE:
-                _note_plain_reduce(obj, kind)
+                _note_plain_reduce(kind)
         return super().reducer_override(obj)
 
 
@@ -870,8 +870,8 @@ def pickle_group(
     for arr in plain:
         if isinstance(arr.base, np.ndarray) and whole_view(arr):
             by_address.setdefault(data_pointer(arr), arr)
-    seen = watch or frozenset()
-    first = _dump_group(values, links, check, by_address, watch=seen)
+    watching = watch or frozenset()
+    first = _dump_group(values, links, check, by_address, watch=watching)
     # Arrays of the group that view one memory larger than ROOT_SLACK_MIN (a smaller one the
     # pickler stores whole at its first view): a second pass stores that memory once and
     # each array as a view of it, unless the memory is much larger than the views.
@@ -886,12 +886,12 @@ def pickle_group(
     if wanted:
         by_address = {**by_address, **wanted}
         by_address.update((a, o) for a, o in pickler.owners.items() if a in wanted)
-        first = _dump_group(values, links, check, by_address, watch=seen)
+        first = _dump_group(values, links, check, by_address, watch=watching)
     pickler, stream, buffers = first
     if watch is not None:
         # (no plain container among the links: nothing for a second pass to write as one)
         linked = {i for i, token in (links or {}).items() if token in pickler.used}
-        return _group_of(values, pickler, stream, buffers, pickler.met - linked, linked, walked)
+        return _group_of(values, pickler, stream, buffers, pickler.met, linked, walked)
     memo = pickler.memo.copy()
     # A plain list, dict or set that another checkpoint stored was written out here: only
     # persistent_id sees those, so the group is pickled again with one.
