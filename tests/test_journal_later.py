@@ -174,3 +174,53 @@ def test_a_journal_deleted_under_a_kernel_is_rebuilt_by_its_next_hit(
     assert raw_outcomes(store) == ["executed"]  # rebuilt at once; the two hits still queued
     journal_module.flush_deferred()
     assert raw_outcomes(store)[0] == "executed" and raw_outcomes(store).count("restored") >= 1
+
+
+def test_the_writers_connection_follows_a_journal_made_again(tmp_path: Path) -> None:
+    """append_detached keeps one connection per thread; a journal removed and made again
+    in its place (a rebuild) gets the events written after, not the removed file."""
+    import threading
+
+    from ipy_resume.store.journal import Event
+
+    root = tmp_path / "store"
+    root.mkdir()
+    Journal(root).append(Event(cell_id="first", session="s", outcome="executed"))
+    answers: list[bool] = []
+
+    def detached(cell: str) -> None:
+        answers.append(
+            Journal(root).append_detached(Event(cell_id=cell, session="s", outcome="executed"))
+        )
+
+    calls: list[str] = []
+    go, done = threading.Event(), threading.Event()
+
+    def loop() -> None:
+        while True:
+            go.wait()
+            go.clear()
+            if not calls:
+                return
+            detached(calls.pop())
+            done.set()
+
+    thread = threading.Thread(target=loop)  # both calls on one thread, as the writer's
+    thread.start()
+    try:
+        calls.append("before")
+        go.set()
+        assert done.wait(10)
+        done.clear()
+        assert [e.cell_id for e in Journal(root).events()] == ["first", "before"]
+        for name in ("journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm"):
+            (root / name).unlink(missing_ok=True)
+        Journal(root).append(Event(cell_id="again", session="s", outcome="executed"))
+        calls.append("after")
+        go.set()
+        assert done.wait(10)
+    finally:
+        go.set()
+        thread.join(10)
+    assert answers == [True, True]
+    assert [e.cell_id for e in Journal(root).events()] == ["again", "after"]

@@ -398,16 +398,16 @@ class Journal:
                 batch = _queues.pop(str(self.path), None)
             queued = [] if batch is None else batch[1]
             try:
-                conn = sqlite3.connect(self.path, timeout=_DETACHED_TIMEOUT_S, isolation_level=None)
+                conn = _detached_connection(self.path)
                 try:
-                    conn.execute("PRAGMA synchronous=NORMAL")  # (WAL mode is the file's already)
                     conn.execute("BEGIN IMMEDIATE")
                     for each in queued:
                         each.seq = insert_event(conn, each, ignore=True).lastrowid
                     insert_event(conn, event)
                     conn.execute("COMMIT")
-                finally:
-                    conn.close()
+                except BaseException:
+                    _drop_detached()  # (a connection left inside a transaction is not kept)
+                    raise
             except sqlite3.Error:
                 if queued:  # (still to be written, first)
                     with _queue_lock:
@@ -709,6 +709,46 @@ def insert_event(conn: sqlite3.Connection, event: Event, ignore: bool = False) -
             event.detail,
         ),
     )
+
+
+# The connection of append_detached, one per thread (the background writer's, in
+# practice): opened once per journal file, not once per save, since a run of small cells
+# journals dozens of saves a second and each connect cost the writer more than its insert.
+_detached = threading.local()
+
+
+def _detached_connection(path: Path) -> sqlite3.Connection:
+    """This thread's own connection to the journal at *path*, opened again when the file
+    was replaced (a rebuilt journal) or another journal is asked for."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    # (the change time too: a journal removed and made again may get the same inode)
+    ident = None if st is None else (st.st_dev, st.st_ino, st.st_ctime_ns)
+    held: tuple[str, Any, sqlite3.Connection] | None = getattr(_detached, "conn", None)
+    if held is not None and ident is not None and held[:2] == (str(path), ident):
+        return held[2]
+    _drop_detached()
+    conn = sqlite3.connect(
+        path, timeout=_DETACHED_TIMEOUT_S, isolation_level=None, check_same_thread=True
+    )
+    try:
+        conn.execute("PRAGMA synchronous=NORMAL")  # (WAL mode is the file's already)
+    except sqlite3.Error:
+        conn.close()
+        raise
+    _detached.conn = (str(path), ident, conn)
+    return conn
+
+
+def _drop_detached() -> None:
+    """Close this thread's connection of append_detached, if it has one."""
+    held = getattr(_detached, "conn", None)
+    _detached.conn = None
+    if held is not None:
+        with contextlib.suppress(sqlite3.Error):
+            held[2].close()
 
 
 def _inode(path: Path) -> int | None:
