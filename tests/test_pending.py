@@ -72,6 +72,11 @@ def test_a_save_staged_by_a_killed_process_is_finished_by_the_next_reader(isolat
     root = isolated / "store"
     stage_and_die(root, "{'a': np.arange(1_000_000.0), 'label': 'run 7', 'xs': [1, 2, 3]}")
     assert len(pending.records(root)) == 1
+    # (the forked child outlives the killed process: on a loaded machine it may not have
+    # made its files yet when the kill returns, and it never commits them itself)
+    deadline = time.monotonic() + 30
+    while not staged_files(root) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert staged_files(root), "the blobs should be waiting in temporary files"
     assert list((root / "manifests").rglob("*.json")) == []  # not committed yet
 
