@@ -179,48 +179,22 @@ def test_a_journal_deleted_under_a_kernel_is_rebuilt_by_its_next_hit(
 def test_the_writers_connection_follows_a_journal_made_again(tmp_path: Path) -> None:
     """append_detached keeps one connection per thread; a journal removed and made again
     in its place (a rebuild) gets the events written after, not the removed file."""
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     from ipy_resume.store.journal import Event
 
     root = tmp_path / "store"
     root.mkdir()
     Journal(root).append(Event(cell_id="first", session="s", outcome="executed"))
-    answers: list[bool] = []
 
-    def detached(cell: str) -> None:
-        answers.append(
-            Journal(root).append_detached(Event(cell_id=cell, session="s", outcome="executed"))
-        )
+    def detached(cell: str) -> bool:
+        return Journal(root).append_detached(Event(cell_id=cell, session="s", outcome="executed"))
 
-    calls: list[str] = []
-    go, done = threading.Event(), threading.Event()
-
-    def loop() -> None:
-        while True:
-            go.wait()
-            go.clear()
-            if not calls:
-                return
-            detached(calls.pop())
-            done.set()
-
-    thread = threading.Thread(target=loop)  # both calls on one thread, as the writer's
-    thread.start()
-    try:
-        calls.append("before")
-        go.set()
-        assert done.wait(10)
-        done.clear()
+    with ThreadPoolExecutor(max_workers=1) as writer:  # one thread for both, as the writer's
+        assert writer.submit(detached, "before").result(10)
         assert [e.cell_id for e in Journal(root).events()] == ["first", "before"]
         for name in ("journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm"):
             (root / name).unlink(missing_ok=True)
         Journal(root).append(Event(cell_id="again", session="s", outcome="executed"))
-        calls.append("after")
-        go.set()
-        assert done.wait(10)
-    finally:
-        go.set()
-        thread.join(10)
-    assert answers == [True, True]
+        assert writer.submit(detached, "after").result(10)
     assert [e.cell_id for e in Journal(root).events()] == ["again", "after"]

@@ -730,9 +730,7 @@ def _detached_connection(path: Path) -> sqlite3.Connection:
     if held is not None and ident is not None and held[:2] == (str(path), ident):
         return held[2]
     _drop_detached()
-    conn = sqlite3.connect(
-        path, timeout=_DETACHED_TIMEOUT_S, isolation_level=None, check_same_thread=True
-    )
+    conn = sqlite3.connect(path, timeout=_DETACHED_TIMEOUT_S, isolation_level=None)
     try:
         conn.execute("PRAGMA synchronous=NORMAL")  # (WAL mode is the file's already)
     except sqlite3.Error:
